@@ -1,0 +1,368 @@
+"""A FastMCP stdio server that honours SEP-3182 idempotency keys on tools/call.
+
+Read it top to bottom, in the order of the SEP:
+
+1. the SDK check: refuse to run on an `mcp` that would drop the key (P12);
+2. the ledger and its tools, which know nothing about idempotency;
+3. the dispatch layer, which sees every tools/call before any tool runs:
+   read the key (P1, P2), fingerprint the request (P3), then look up,
+   mismatch, in progress, replay, or claim and run (P4 to P9);
+4. the wiring into the SDK, the capability (P11) and the command line.
+
+"SEP X9" names a rule of SEP-3182 and "P9" a position this demo takes where
+the SEP is silent; both are listed in README.md.
+"""
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Annotated, Any
+
+import anyio
+import anyio.lowlevel
+import mcp.types as types
+from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema
+
+# ----------------------------------------------------------------------------
+# 1. The SDK check (P12)
+# ----------------------------------------------------------------------------
+
+SDK_DROPS_KEY = (
+    "mcp {version} drops idempotencyKey from tools/call params, so nothing would be "
+    "deduplicated; install the 1.x SDK this demo pins: pip install -r requirements.txt"
+)
+
+
+def sdk_keeps_idempotency_key() -> bool:
+    """Does this mcp build keep an idempotencyKey that arrives beside the arguments?"""
+    wire = {"method": "tools/call", "params": {"name": "probe", "idempotencyKey": "probe"}}
+    params = types.CallToolRequest.model_validate(wire).params
+    return (params.model_extra or {}).get("idempotencyKey") == "probe"
+
+
+# P12: an SDK that silently drops the key would let this server look idempotent
+# while it deduplicates nothing. Checked before the FastMCP import, because mcp
+# 2.x (which drops the key) has no FastMCP to import. client_demo.py imports
+# this module to make the same check before it spawns anything.
+if not sdk_keeps_idempotency_key():
+    sys.exit(SDK_DROPS_KEY.format(version=version("mcp")))
+
+from mcp.server.fastmcp import FastMCP  # noqa: E402
+from mcp.server.stdio import stdio_server  # noqa: E402
+from mcp.shared.exceptions import McpError  # noqa: E402
+from mcp.shared.session import RequestResponder  # noqa: E402
+
+log = logging.getLogger("idempotency")
+
+# ----------------------------------------------------------------------------
+# 2. The ledger and its tools: no idempotency code below this line until part 3
+# ----------------------------------------------------------------------------
+
+mcp = FastMCP("sep-3182-demo", log_level="WARNING")  # WARNING: keep stderr for our decisions
+
+ledger = {"balance": 0, "charges": 0}
+charge_delay_seconds = 0.0  # --charge-delay: a slow payment processor, to catch a call in flight
+
+
+def whole_positive(amount: int | float) -> int:
+    """A charge is a positive whole number of units."""
+    if amount <= 0 or (isinstance(amount, float) and not amount.is_integer()):
+        raise ValueError(f"amount must be a positive whole number, not {amount!r}")
+    return int(amount)
+
+
+# P3 makes 100 and 100.0 the same request, so the tool takes them as the same
+# amount; a string or a boolean is not an amount (strict), whatever it spells.
+Amount = Annotated[
+    StrictInt | StrictFloat,
+    AfterValidator(whole_positive),
+    WithJsonSchema({"type": "integer", "exclusiveMinimum": 0}),
+]
+
+
+async def charge(amount: int) -> str:
+    """Apply one charge to the ledger: the side effect that must not happen twice."""
+    await anyio.sleep(charge_delay_seconds)
+    ledger["balance"] += amount
+    ledger["charges"] += 1
+    return f"Charged {amount}. New balance: {ledger['balance']}"
+
+
+@mcp.tool()
+async def charge_unguarded(amount: Amount) -> str:
+    """Charge `amount`. The demo calls this one without an idempotencyKey."""
+    return await charge(amount)
+
+
+@mcp.tool()
+async def charge_guarded(amount: Amount) -> str:
+    """Charge `amount`. The demo calls this one with an idempotencyKey."""
+    return await charge(amount)
+
+
+@mcp.tool()
+def reset_ledger() -> str:
+    """Test helper: zero the balance and the charge count, and forget every key."""
+    ledger.update(balance=0, charges=0)
+    _dedup_store.clear()
+    return "Ledger reset."
+
+
+@mcp.tool(annotations=types.ToolAnnotations(readOnlyHint=True))
+def get_balance() -> dict[str, int]:
+    """Test helper: the ground truth, the balance and how many charges were applied."""
+    return dict(ledger)
+
+
+# ----------------------------------------------------------------------------
+# 3. The dispatch layer
+# ----------------------------------------------------------------------------
+
+RETENTION_SECONDS = 24 * 60 * 60  # P8: Stripe's window; outlasts any client's retry loop
+MAX_RECORDS = 10_000  # P9: a flood of unique keys costs at most this many records
+MAX_KEY_LENGTH = 255  # P2: Stripe's limit; room for a UUID with any prefix a client adds
+
+retention_seconds = RETENTION_SECONDS  # --retention
+max_records = MAX_RECORDS  # --max-records
+clock = time.monotonic  # P8: tests move a fake clock instead of sleeping
+
+# P5: clients branch on error.data.type; every rejection is -32602, since each
+# is a problem with this request's params, and the SEP defines no new code.
+INVALID_KEY = "invalid_idempotency_key"
+CONFLICT = "idempotency_key_conflict"
+IN_PROGRESS = "idempotency_key_in_progress"
+STORE_FULL = "idempotency_store_full"
+MESSAGES = {
+    INVALID_KEY: f"idempotencyKey must be a string of 1 to {MAX_KEY_LENGTH} characters",
+    CONFLICT: "idempotencyKey was already used with a different tool or arguments",
+    IN_PROGRESS: "a request with this idempotencyKey is still running; retry shortly",
+    STORE_FULL: "the server holds as many idempotency records as it can; retry later",
+}
+
+
+JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", dict: "an object", list: "an array"}
+
+
+@dataclass
+class Record:
+    """What the server remembers about one key."""
+
+    fingerprint: bytes
+    outcome: types.ServerResult | types.ErrorData | None = None  # None: still running
+    expires_at: float = math.inf  # P8: the window opens when the outcome is recorded
+
+
+# Key -> Record. Completed records sit in the order they completed, which is the
+# order they expire in (P8), so expiry only ever looks at the front.
+_dedup_store: dict[str, Record] = {}
+
+
+def rejection(kind: str, key: str | None, detail: str = "") -> McpError:
+    """P5: the JSON-RPC error for an idempotency rejection; never recorded (P6)."""
+    data = {"type": kind} if key is None else {"type": kind, "idempotencyKey": key}
+    return McpError(types.ErrorData(code=types.INVALID_PARAMS, message=MESSAGES[kind] + detail, data=data))
+
+
+def key_of(request: types.CallToolRequest) -> str | None:
+    """P1, P2: the request's idempotencyKey, or None when it carries none."""
+    # P1: only the sibling of `name` and `arguments` counts; a field of the same
+    # name inside `arguments` or `_meta` is the tool's business, not a key.
+    key = (request.params.model_extra or {}).get("idempotencyKey")
+    if key is None:
+        return None
+    if isinstance(key, str) and 1 <= len(key) <= MAX_KEY_LENGTH:
+        return key
+    # P2: a bad key is refused before anything runs; it is not echoed, since it
+    # is not a key and may be a megabyte long.
+    detail = f"; got {len(key)} characters" if isinstance(key, str) else f"; got {JSON_TYPES[type(key)]}"
+    log.info("invalid key: %s", detail[2:])
+    raise rejection(INVALID_KEY, None, detail)
+
+
+def as_json_value(value: Any) -> Any:
+    """P3: the value with every float that is a whole number turned into that int."""
+    if type(value) is float:  # `type is`, not isinstance: True must not become 1
+        return int(value) if value.is_integer() else value  # 1.0 -> 1, -0.0 -> 0
+    if type(value) is dict:
+        return {name: as_json_value(member) for name, member in value.items()}
+    if type(value) is list:
+        return [as_json_value(item) for item in value]
+    return value
+
+
+def fingerprint_of(request: types.CallToolRequest) -> bytes:
+    """P3 (SEP E1-E6): a digest equal for two requests exactly when they are the same request."""
+    # Sorted members and fixed separators remove serialisation differences (E2);
+    # as_json_value makes numbers compare by value (E3); strings are compared as
+    # parsed, escapes already resolved, with no Unicode normalisation (E4);
+    # absent arguments count as {} and _meta is left out (E1).
+    arguments = as_json_value(request.params.arguments or {})
+    text = json.dumps([request.params.name, arguments], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).digest()
+
+
+def forget_expired() -> None:
+    """P8: drop the completed records whose window has passed."""
+    now = clock()
+    expired = []
+    for key, record in _dedup_store.items():
+        if record.outcome is None:  # still running: never expires, does not stop the scan
+            continue
+        if record.expires_at > now:  # completion order is expiry order: the rest are live
+            break
+        expired.append(key)
+    for key in expired:
+        del _dedup_store[key]
+
+
+def claim(key: str, fingerprint: bytes) -> Record:
+    """P4.1: record the key as running, with its fingerprint, before the tool starts."""
+    # P9: refuse rather than run without the guarantee the client asked for.
+    if len(_dedup_store) >= max_records:
+        log.info("store full: key=%r", key)
+        raise rejection(STORE_FULL, key)
+    record = _dedup_store[key] = Record(fingerprint)
+    return record
+
+
+def complete(key: str, record: Record, outcome: types.ServerResult | types.ErrorData) -> None:
+    """P6, P8: keep the outcome for replay, and open its retention window."""
+    record.outcome = outcome
+    record.expires_at = clock() + retention_seconds
+    _dedup_store.pop(key, None)  # move to the back: completion order is expiry order
+    _dedup_store[key] = record
+
+
+def reply(outcome: types.ServerResult | types.ErrorData) -> types.ServerResult:
+    """Answer with an outcome: return a result, raise a JSON-RPC error."""
+    if isinstance(outcome, types.ErrorData):
+        raise McpError(outcome)
+    return outcome
+
+
+async def outcome_of(request: types.CallToolRequest) -> types.ServerResult | types.ErrorData:
+    """P6: whatever FastMCP's own tools/call handler produces, a result or a JSON-RPC error."""
+    try:
+        return await call_tool(request)
+    except McpError as error:
+        return error.error
+
+
+async def run_once(key: str, fingerprint: bytes, request: types.CallToolRequest) -> types.ServerResult:
+    """P4.1, P7: claim the key, run the tool to completion, record its outcome."""
+    record = claim(key, fingerprint)
+    log.info("executed: key=%r tool=%s", key, request.params.name)
+    # P7: a cancel (the 2.x client sends one on every timeout) or a vanished
+    # client must not stop a keyed execution half way: the retry would find a
+    # record that never completes, or a side effect with no record of it.
+    with anyio.CancelScope(shield=True):
+        outcome = await outcome_of(request)
+    complete(key, record, outcome)
+    log.info("recorded: key=%r", key)
+    # A cancel that arrived meanwhile is delivered here, after the outcome is
+    # safe, so the SDK answers the cancelled request its own way.
+    await anyio.lowlevel.checkpoint()
+    return reply(outcome)
+
+
+async def idempotent_call_tool(request: types.CallToolRequest) -> types.ServerResult:
+    """SEP S0-S3: every tools/call passes here before any tool handler runs."""
+    key = key_of(request)
+    if key is None:
+        return await call_tool(request)  # no key: exactly what the server did before
+    forget_expired()
+    fingerprint = fingerprint_of(request)
+    # From this lookup to the claim in run_once there is no `await`, so on one
+    # event loop no duplicate can slip in between: at most one execution per key.
+    record = _dedup_store.get(key)
+    if record is None:
+        return await run_once(key, fingerprint, request)
+    if record.fingerprint != fingerprint:  # P4.2: checked first, so a mismatch is a conflict even mid-run
+        log.info("conflict: key=%r tool=%s", key, request.params.name)
+        raise rejection(CONFLICT, key)
+    if record.outcome is None:  # P4.3 (SEP S1): reject at once, never wait
+        log.info("in progress: key=%r", key)
+        raise rejection(IN_PROGRESS, key)
+    log.info("replayed: key=%r", key)  # P4.4 (SEP S2): the tool does not run
+    return reply(record.outcome)
+
+
+# ----------------------------------------------------------------------------
+# 4. Wiring into the SDK, the capability, the command line
+# ----------------------------------------------------------------------------
+
+
+def survive_client_leaving(handle_message):
+    """P7: a client that cancels a request, or goes away, must not take the server down."""
+
+    # mcp 1.9.4 dies of both: the CancelledError of a client-cancelled request
+    # escapes its task, and so does the ClosedResourceError of an answer to a
+    # client that has gone. Later 1.x releases absorb both, so there this wrapper
+    # never sees either.
+    async def handle(message, *args, **kwargs):
+        try:
+            await handle_message(message, *args, **kwargs)
+        except anyio.get_cancelled_exc_class():
+            if not (isinstance(message, RequestResponder) and message.cancelled):
+                raise
+            log.info("cancelled by the client: request id %s", message.request_id)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.info("client gone: an answer had nowhere to go")
+
+    return handle
+
+
+# The 1.x SDK has no middleware for MCP requests: dispatch is its table of
+# request handlers, so the idempotency check takes FastMCP's place there and
+# calls FastMCP's handler only when a tool is really to run.
+server = mcp._mcp_server
+call_tool = server.request_handlers[types.CallToolRequest]
+server.request_handlers[types.CallToolRequest] = idempotent_call_tool
+server._handle_message = survive_client_leaving(server._handle_message)
+
+
+def initialization_options():
+    """P11 (SEP C1): the initialize result, advertising capabilities.tools.idempotency = {}."""
+    options = server.create_initialization_options()
+    options.capabilities.tools.idempotency = {}  # an empty object, as the SEP defines it (C2)
+    return options
+
+
+async def serve() -> None:
+    """Serve one client over stdin and stdout until it goes away."""
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, initialization_options())
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: the window, the store's bound and the processor's delay."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--retention", type=float, default=RETENTION_SECONDS, metavar="SECONDS",
+                        help="how long a completed key is remembered (P8; default: 24 hours)")
+    parser.add_argument("--max-records", type=int, default=MAX_RECORDS, metavar="N",
+                        help="how many live records the store may hold (P9; default: 10000)")
+    parser.add_argument("--charge-delay", type=float, default=0.0, metavar="SECONDS",
+                        help="how long each charge takes, to catch one in flight (default: 0)")
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    """Run the server on stdio; stdout is the protocol channel, so every log goes to stderr."""
+    global retention_seconds, max_records, charge_delay_seconds
+    args = parse_args()
+    retention_seconds, max_records, charge_delay_seconds = args.retention, args.max_records, args.charge_delay
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s", force=True)
+    log.setLevel(logging.INFO)
+    log.info("serving: retention %gs, at most %d records, charge delay %gs",
+             retention_seconds, max_records, charge_delay_seconds)
+    anyio.run(serve)
+
+
+if __name__ == "__main__":
+    main()
