@@ -1,0 +1,347 @@
+"""Play SEP-3182's scenarios against server.py over stdio, each checked against the ledger.
+
+    python3 client_demo.py          the three scenarios: no key, a key, a conflicting key
+    python3 client_demo.py --all    and three more: in flight, no key to a guarded tool, expiry
+    python3 client_demo.py --wire   also print every JSON-RPC frame, in both directions
+
+The demo spawns server.py with the interpreter that runs it, so a virtual
+environment is honoured. A lost response is really lost: a link between the
+SDK's client session and its stdio transport drops it after the server sent it.
+"""
+
+# P12: importing server runs its SDK check first, so on an mcp that would drop the
+# key the demo stops here, with the server's one-line message, before spawning anything.
+import server  # noqa: F401  (isort: skip)
+
+import argparse
+import json
+import sys
+import tempfile
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from importlib.metadata import version
+from pathlib import Path
+
+import anyio
+import mcp.types as types
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import McpError
+from mcp.shared.message import SessionMessage
+
+SERVER = Path(__file__).with_name("server.py")
+RESPONSE_TIMEOUT = 0.5  # seconds; the server answers in milliseconds, so only a lost response times out
+IN_FLIGHT_DELAY = "1"  # seconds each charge takes in scenario 4: long enough to send a duplicate meanwhile
+SHORT_RETENTION = "1"  # seconds a key is kept in scenario 6, so the demo can outwait it
+
+
+# ----------------------------------------------------------------------------
+# Printing: who says what
+# ----------------------------------------------------------------------------
+
+
+def say(who: str, text: str) -> None:
+    """One line of the walkthrough, attributed to client, server, link or ledger."""
+    print(f"  {who:<7}{text}", flush=True)
+
+
+def frame(message: types.JSONRPCMessage) -> str:
+    """A JSON-RPC message as the stdio transport writes it on the wire."""
+    return message.model_dump_json(by_alias=True, exclude_none=True)
+
+
+# ----------------------------------------------------------------------------
+# The link: the SDK's client session on one side, its stdio transport on the other
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class Link:
+    """Carries frames between session and transport; can lose a response; shows what it carries."""
+
+    show_every_frame: bool
+    server_log: tempfile.SpooledTemporaryFile
+    lose_next: bool = False
+    losing: set = field(default_factory=set)  # ids of requests whose response is to be lost
+    lost_result: dict | None = None  # the result of the last response lost, as the server sent it
+    delivered_result: dict | None = None  # the result of the last response delivered
+    log_seen: int = 0
+
+    def lose_next_response(self) -> None:
+        """Lose the response to the next tools/call, after the server has sent it."""
+        self.lose_next = True
+
+    def show_server_log(self) -> None:
+        """Print the server's decision lines written since the last look."""
+        self.server_log.seek(self.log_seen)
+        for line in self.server_log.read().splitlines():
+            if line.startswith("idempotency: "):  # the server's own decisions, not SDK chatter
+                say("server", line.removeprefix("idempotency: "))
+        self.log_seen = self.server_log.tell()
+
+    async def outbound(self, from_session, to_server) -> None:
+        """Session to server: mark the request whose response is to be lost; show keyed calls."""
+        async with from_session, to_server:
+            async for message in from_session:
+                request = message.message.root
+                if isinstance(request, types.JSONRPCRequest) and request.method == "tools/call":
+                    if self.lose_next:
+                        self.losing.add(request.id)
+                        self.lose_next = False
+                    if "idempotencyKey" in request.params or self.show_every_frame:
+                        say("wire →", frame(message.message))
+                elif self.show_every_frame:
+                    say("wire →", frame(message.message))
+                await to_server.send(message)
+
+    async def inbound(self, from_server, to_session) -> None:
+        """Server to session: drop a response that is to be lost; deliver the rest."""
+        async with from_server, to_session:
+            async for message in from_server:
+                if isinstance(message, SessionMessage):
+                    self.show_server_log()
+                    reply = message.message.root
+                    if self.show_every_frame:
+                        say("wire ←", frame(message.message))
+                    if isinstance(reply, types.JSONRPCResponse) and reply.id in self.losing:
+                        self.losing.discard(reply.id)
+                        self.lost_result = reply.result
+                        say("link", f"✂ the response to request {reply.id} is lost on its way back")
+                        continue
+                    if isinstance(reply, types.JSONRPCResponse):
+                        self.delivered_result = reply.result
+                await to_session.send(message)
+
+
+@dataclass
+class Demo:
+    """A running server.py and the client session talking to it through a link."""
+
+    session: ClientSession
+    link: Link
+    capabilities: types.ServerCapabilities
+
+
+@asynccontextmanager
+async def connect(show_every_frame: bool, *server_args: str):
+    """Spawn server.py with this interpreter and open a client session to it through a link."""
+    params = StdioServerParameters(command=sys.executable, args=[str(SERVER), *server_args])
+    with tempfile.TemporaryFile(mode="w+") as server_log:
+        async with stdio_client(params, errlog=server_log) as (from_server, to_server):
+            link = Link(show_every_frame, server_log)
+            to_link, from_session = anyio.create_memory_object_stream(0)
+            to_session, from_link = anyio.create_memory_object_stream(0)
+            async with anyio.create_task_group() as pumps:
+                pumps.start_soon(link.outbound, from_session, to_server)
+                pumps.start_soon(link.inbound, from_server, to_session)
+                async with ClientSession(from_link, to_link) as session:
+                    initialized = await session.initialize()
+                    yield Demo(session, link, initialized.capabilities)
+                pumps.cancel_scope.cancel()
+
+
+# ----------------------------------------------------------------------------
+# Calls, as any SEP-3182 client makes them
+# ----------------------------------------------------------------------------
+
+
+def new_key() -> str:
+    """A fresh idempotencyKey: a random UUID, as SEP W5 advises, so keys never collide by chance."""
+    return str(uuid.uuid4())
+
+
+async def call_tool(session: ClientSession, name: str, arguments: dict, key: str | None = None,
+                    timeout: float = RESPONSE_TIMEOUT) -> types.CallToolResult:
+    """A tools/call with the idempotencyKey, if any, beside `arguments` (SEP W1)."""
+    # The 1.x params model keeps an unknown field, so the key goes on the wire as
+    # a sibling of `arguments`: exactly where SEP-3182 puts it.
+    extra = {} if key is None else {"idempotencyKey": key}
+    params = types.CallToolRequestParams(name=name, arguments=arguments, **extra)
+    request = types.ClientRequest(types.CallToolRequest(method="tools/call", params=params))
+    return await session.send_request(request, types.CallToolResult,
+                                      request_read_timeout_seconds=timedelta(seconds=timeout))
+
+
+def text(result: types.CallToolResult) -> str:
+    """The text a tool answered with."""
+    return result.content[0].text
+
+
+async def ledger(demo: Demo) -> dict:
+    """Ground truth from get_balance, printed: never trust a replayed text about the balance."""
+    truth = json.loads(text(await call_tool(demo.session, "get_balance", {})))
+    say("ledger", f"{truth['charges']} charge(s), balance {truth['balance']} (read with get_balance)")
+    return truth
+
+
+async def reset(demo: Demo) -> None:
+    """Start a scenario from an empty ledger and an empty store."""
+    await call_tool(demo.session, "reset_ledger", {})
+    demo.link.show_server_log()
+
+
+async def charge_with_lost_response(demo: Demo, tool: str, amount: int, key: str | None) -> types.CallToolResult:
+    """Charge once, lose the response, time out, and retry the very same call."""
+    demo.link.lose_next_response()
+    say("client", f"calls {tool}(amount={amount})" + (f" with idempotencyKey {key}" if key else ", no key"))
+    try:
+        await call_tool(demo.session, tool, {"amount": amount}, key)
+    except McpError as timeout:  # 1.x reports a read timeout as an McpError (code 408)
+        say("client", f"no response after {RESPONSE_TIMEOUT}s ({timeout.error.message.split('.')[0]}); retrying")
+    result = await call_tool(demo.session, tool, {"amount": amount}, key)
+    say("client", f"← {text(result)}")
+    return result
+
+
+def verdict(ok: bool, claim: str) -> bool:
+    """Print PASS or FAIL for one scenario's claim, and return whether it held."""
+    print(f"  {'PASS' if ok else 'FAIL'}   {claim}\n", flush=True)
+    return ok
+
+
+# ----------------------------------------------------------------------------
+# The scenarios
+# ----------------------------------------------------------------------------
+
+
+async def no_key_double_charges(demo: Demo) -> bool:
+    """Scenario 1: without a key, a retry after a lost response charges twice."""
+    print("1. No key: the response is lost, the client retries, the customer pays twice")
+    await reset(demo)
+    await charge_with_lost_response(demo, "charge_unguarded", 100, None)
+    truth = await ledger(demo)
+    return verdict(truth == {"balance": 200, "charges": 2},
+                   "the failure is real: one intended charge of 100 was applied twice")
+
+
+async def key_deduplicates(demo: Demo, key: str) -> bool:
+    """Scenario 2: with a key, the same retry gets the original result and charges once."""
+    print("2. With an idempotencyKey: the same lost response and retry, deduplicated")
+    await reset(demo)
+    say("client", f"mints idempotencyKey {key} once, before the first attempt")
+    await charge_with_lost_response(demo, "charge_guarded", 100, key)
+    identical = demo.link.lost_result == demo.link.delivered_result  # both as they came off the wire
+    say("client", "the retry's result " + ("is" if identical else "is NOT") + " the lost response's result, unchanged")
+    truth = await ledger(demo)
+    return verdict(truth == {"balance": 100, "charges": 1} and identical,
+                   "one charge; the retry got the original outcome without running the tool again")
+
+
+async def conflicting_arguments_rejected(demo: Demo, key: str) -> bool:
+    """Scenario 3: the same key with different arguments is rejected and charges nothing."""
+    print("3. The same idempotencyKey with different arguments: rejected")
+    say("client", f"reuses idempotencyKey {key} for charge_guarded(amount=250)")
+    try:
+        await call_tool(demo.session, "charge_guarded", {"amount": 250}, key)
+        rejected_as = None
+    except McpError as error:
+        rejected_as = (error.error.data or {}).get("type")
+        say("client", f"← error {error.error.code}: {error.error.message} (data.type {rejected_as})")
+    truth = await ledger(demo)
+    say("client", "retries the original call, amount=100, with the same key")
+    original = await call_tool(demo.session, "charge_guarded", {"amount": 100}, key)
+    say("client", f"← {text(original)}")
+    unchanged = await ledger(demo)
+    return verdict(rejected_as == "idempotency_key_conflict" and truth == unchanged == {"balance": 100, "charges": 1},
+                   "conflict rejected, nothing charged, and the original key still replays")
+
+
+async def in_flight_duplicate_rejected(show_every_frame: bool) -> bool:
+    """Scenario 4: a duplicate that arrives while the original runs is rejected at once."""
+    print(f"4. A duplicate while the original is still running (each charge takes {IN_FLIGHT_DELAY}s)")
+    key = new_key()
+    async with connect(show_every_frame, "--charge-delay", IN_FLIGHT_DELAY) as demo:
+        outcome = {}
+
+        async def original():
+            outcome["original"] = await call_tool(demo.session, "charge_guarded", {"amount": 100}, key, timeout=10)
+
+        async with anyio.create_task_group() as calls:
+            calls.start_soon(original)
+            await anyio.sleep(0.2)  # the original is now inside its slow charge
+            started = anyio.current_time()
+            try:
+                await call_tool(demo.session, "charge_guarded", {"amount": 100}, key)
+                rejected_as = None
+            except McpError as error:
+                rejected_as = (error.error.data or {}).get("type")
+                waited = (anyio.current_time() - started) * 1000
+                say("client", f"← error {error.error.code}: {error.error.message} "
+                              f"(data.type {rejected_as}, after {waited:.0f} ms, not held waiting)")
+        say("client", f"← {text(outcome['original'])} (the original, once it finished)")
+        retried = await call_tool(demo.session, "charge_guarded", {"amount": 100}, key)
+        say("client", f"← {text(retried)} (the retry, after it finished)")
+        truth = await ledger(demo)
+    return verdict(rejected_as == "idempotency_key_in_progress" and text(retried) == text(outcome["original"])
+                   and truth == {"balance": 100, "charges": 1},
+                   "rejected at once while running, replayed once finished, charged once")
+
+
+async def guarded_tool_without_key_unchanged(demo: Demo) -> bool:
+    """Scenario 5: a call without a key to charge_guarded behaves exactly as it always did."""
+    print("5. No key to charge_guarded: backward compatible, every call runs")
+    await reset(demo)
+    for _ in range(2):
+        say("client", "calls charge_guarded(amount=100), no key")
+        say("client", f"← {text(await call_tool(demo.session, 'charge_guarded', {'amount': 100}))}")
+    truth = await ledger(demo)
+    return verdict(truth == {"balance": 200, "charges": 2}, "two calls without a key, two charges, as before SEP-3182")
+
+
+async def expired_key_runs_anew(show_every_frame: bool) -> bool:
+    """Scenario 6: once a key's retention window has passed, the key counts as new."""
+    print(f"6. A key reused after its retention window ({SHORT_RETENTION}s here, 24 hours by default)")
+    key = new_key()
+    async with connect(show_every_frame, "--retention", SHORT_RETENTION) as demo:
+        say("client", f"← {text(await call_tool(demo.session, 'charge_guarded', {'amount': 100}, key))}")
+        say("client", f"waits {float(SHORT_RETENTION) + 0.5}s, past the window, and sends the same call again")
+        await anyio.sleep(float(SHORT_RETENTION) + 0.5)
+        say("client", f"← {text(await call_tool(demo.session, 'charge_guarded', {'amount': 100}, key))}")
+        truth = await ledger(demo)
+    return verdict(truth == {"balance": 200, "charges": 2}, "the expired key ran anew: the window is bounded (SEP R1, R5)")
+
+
+# ----------------------------------------------------------------------------
+# Main
+# ----------------------------------------------------------------------------
+
+
+def relies_on_deduplication(demo: Demo) -> bool:
+    """SEP C3 / P11: read tools.idempotency from the initialize result before relying on keys."""
+    advertised = (demo.capabilities.tools.model_extra or {}).get("idempotency") if demo.capabilities.tools else None
+    say("client", f"initialize → capabilities.tools.idempotency = {json.dumps(advertised)}")
+    return advertised == {}
+
+
+async def play(show_all: bool, show_every_frame: bool) -> bool:
+    """Run the scenarios; True if every one behaved as SEP-3182 requires."""
+    print(f"SEP-3182 request idempotency, against {SERVER.name} (mcp {version('mcp')})\n")
+    key = new_key()
+    async with connect(show_every_frame) as demo:
+        if not relies_on_deduplication(demo):
+            say("client", "the server does not advertise idempotency: refusing to rely on keys")
+            return False
+        say("client", "the server deduplicates by idempotencyKey: the client may rely on it\n")
+        passed = [await no_key_double_charges(demo), await key_deduplicates(demo, key),
+                  await conflicting_arguments_rejected(demo, key)]
+        if show_all:
+            passed += [await in_flight_duplicate_rejected(show_every_frame),
+                       await guarded_tool_without_key_unchanged(demo),
+                       await expired_key_runs_anew(show_every_frame)]
+    print(f"{sum(passed)} of {len(passed)} scenarios behaved as SEP-3182 requires.")
+    return all(passed)
+
+
+def main() -> None:
+    """Parse the options, play, and exit 0 only if every scenario passed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--all", action="store_true", help="also play scenarios 4 to 6")
+    parser.add_argument("--wire", action="store_true", help="print every JSON-RPC frame in both directions")
+    args = parser.parse_args()
+    sys.exit(0 if anyio.run(play, args.all, args.wire) else 1)
+
+
+if __name__ == "__main__":
+    main()
