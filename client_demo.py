@@ -152,15 +152,19 @@ def new_key() -> str:
     return str(uuid.uuid4())
 
 
-async def call_tool(session: ClientSession, name: str, arguments: dict, key: str | None = None,
-                    timeout: float = RESPONSE_TIMEOUT) -> types.CallToolResult:
-    """A tools/call with the idempotencyKey, if any, beside `arguments` (SEP W1)."""
+def tool_call(name: str, arguments: dict, key: str | None = None) -> types.CallToolRequest:
+    """A tools/call request with the idempotencyKey, if any, beside `arguments` (SEP W1)."""
     # The 1.x params model keeps an unknown field, so the key goes on the wire as
     # a sibling of `arguments`: exactly where SEP-3182 puts it.
     extra = {} if key is None else {"idempotencyKey": key}
     params = types.CallToolRequestParams(name=name, arguments=arguments, **extra)
-    request = types.ClientRequest(types.CallToolRequest(method="tools/call", params=params))
-    return await session.send_request(request, types.CallToolResult,
+    return types.CallToolRequest(method="tools/call", params=params)
+
+
+async def call_tool(session: ClientSession, name: str, arguments: dict, key: str | None = None,
+                    timeout: float = RESPONSE_TIMEOUT) -> types.CallToolResult:
+    """Send a tools/call and wait at most `timeout` seconds for its result."""
+    return await session.send_request(types.ClientRequest(tool_call(name, arguments, key)), types.CallToolResult,
                                       request_read_timeout_seconds=timedelta(seconds=timeout))
 
 
@@ -300,7 +304,8 @@ async def expired_key_runs_anew(show_every_frame: bool) -> bool:
         await anyio.sleep(float(SHORT_RETENTION) + 0.5)
         say("client", f"← {text(await call_tool(demo.session, 'charge_guarded', {'amount': 100}, key))}")
         truth = await ledger(demo)
-    return verdict(truth == {"balance": 200, "charges": 2}, "the expired key ran anew: the window is bounded (SEP R1, R5)")
+    return verdict(truth == {"balance": 200, "charges": 2},
+                   "the expired key ran anew: the window is bounded (SEP R1, R5)")
 
 
 # ----------------------------------------------------------------------------
