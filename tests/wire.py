@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,12 +106,22 @@ class Wire:
 
     def alive(self) -> bool:
         """Does the server still answer a ping?"""
-        return self.process.poll() is None and self.request("ping") == {"jsonrpc": "2.0", "id": self.next_id, "result": {}}
+        if self.process.poll() is not None:
+            return False
+        return self.request("ping") == {"jsonrpc": "2.0", "id": self.next_id, "result": {}}
 
     def log(self) -> str:
         """Everything the server wrote to stderr so far."""
         self.stderr.seek(0)
         return self.stderr.read()
+
+    def wait_for_log(self, text: str, timeout: float = REPLY_TIMEOUT) -> None:
+        """Wait until the server's stderr contains `text`, e.g. "executed: key='k'" for a call in flight."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"server never logged {text!r}; its log:\n{self.log()}")
+            time.sleep(0.01)
 
     def close(self) -> int:
         """End the session the way a client does, by closing stdin; return the exit code."""

@@ -1,0 +1,93 @@
+"""P7: once a keyed execution starts it runs to completion and is recorded, whatever the client does.
+
+The 2.x Python client sends `notifications/cancelled` on every timeout and then
+retries under the same key with a new JSON-RPC id; these tests send exactly
+that, by hand, to a server that is still charging.
+"""
+
+import pytest
+
+from wire import error_type, text_of
+
+KEY = "order-1"
+CHARGED = "Charged 100. New balance: 100"
+IN_PROGRESS = "idempotency_key_in_progress"
+
+
+def cancel(wire, request_id) -> None:
+    """Send the notification a 2.x client sends when `request_id` times out."""
+    # mcp 2.3.0, shared/jsonrpc_dispatcher.py, on TimeoutError: _cancel_outbound(request_id,
+    # f"timed out after {timeout}s"), which notifies {"requestId": ..., "reason": ...}.
+    wire.notify("notifications/cancelled", {"requestId": request_id, "reason": "timed out after 0.5s"})
+
+
+@pytest.fixture
+def slow_server(spawn):
+    """A server whose every charge takes a second, so a cancel finds the call still running."""
+    return spawn("--charge-delay", "1")
+
+
+@pytest.fixture
+def timed_out_call(slow_server):
+    """A server with a keyed charge in flight that the client has just cancelled."""
+    request_id = slow_server.send_call("charge_guarded", {"amount": 100}, key=KEY)
+    slow_server.wait_for_log(f"executed: key={KEY!r}")  # claimed and charging
+    cancel(slow_server, request_id)
+    return slow_server
+
+
+def test_cancelled_keyed_call_charges_once_and_is_recorded(timed_out_call):
+    timed_out_call.wait_for_log(f"recorded: key={KEY!r}")
+    assert timed_out_call.ledger() == {"balance": 100, "charges": 1}
+    assert timed_out_call.alive()
+
+
+def test_retry_after_cancel_is_in_progress_while_the_original_runs(timed_out_call):
+    """The 2.x client's retry (same key, new id) must not start a second execution."""
+    assert error_type(timed_out_call.charge(100, key=KEY)) == IN_PROGRESS
+    timed_out_call.wait_for_log(f"recorded: key={KEY!r}")
+    assert timed_out_call.ledger() == {"balance": 100, "charges": 1}
+
+
+def test_retry_after_the_cancelled_run_completes_replays_its_result(timed_out_call):
+    timed_out_call.wait_for_log(f"recorded: key={KEY!r}")
+    assert text_of(timed_out_call.charge(100, key=KEY)) == CHARGED
+    assert timed_out_call.ledger() == {"balance": 100, "charges": 1}
+    assert timed_out_call.alive()
+
+
+def test_cancel_of_an_unkeyed_call_does_not_take_the_server_down(slow_server):
+    """A stock mcp 1.9.4 server dies here; survive_client_leaving keeps this one serving."""
+    request_id = slow_server.send_call("charge_unguarded", {"amount": 100})
+    # Requests are dispatched in the order they arrive, so once the ping is
+    # answered the charge has started its one-second delay.
+    assert slow_server.alive()
+    cancel(slow_server, request_id)
+
+    assert slow_server.alive()
+    # Balance 5, not 105: the cancel did stop the unkeyed charge mid-run,
+    # which is the path that used to crash the server.
+    assert text_of(slow_server.charge(5, tool="charge_unguarded")) == "Charged 5. New balance: 5"
+
+
+def test_client_leaving_mid_call_lets_the_call_finish_and_be_recorded(slow_server):
+    """A client that closes stdin mid-call: the charge completes, is recorded, and the server exits cleanly."""
+    slow_server.send_call("charge_guarded", {"amount": 100}, key=KEY)
+    slow_server.wait_for_log(f"executed: key={KEY!r}")
+
+    assert slow_server.close() == 0
+    log = slow_server.log()
+    assert f"recorded: key={KEY!r}" in log
+    assert "Traceback" not in log
+
+
+@pytest.mark.parametrize("target", ["finished", "unknown"])
+def test_cancel_of_a_request_that_is_not_running_is_ignored(wire, target):
+    """A cancel for a finished request, or an id never sent, changes nothing: the key still replays."""
+    finished = wire.send_call("charge_guarded", {"amount": 100}, key=KEY)
+    assert text_of(wire.reply(finished)) == CHARGED
+
+    cancel(wire, finished if target == "finished" else "no-such-request")
+    assert wire.alive()
+    assert text_of(wire.charge(100, key=KEY)) == CHARGED
+    assert wire.ledger() == {"balance": 100, "charges": 1}

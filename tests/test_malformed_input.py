@@ -1,0 +1,79 @@
+"""Lines a broken client might write: the server survives each, charges nothing, and keeps its keys usable.
+
+What the SDK answers, found by running both ends of the supported range:
+
+- mcp 1.9.4 and 1.30.0 answer a tools/call whose params fail validation (no
+  tool name) with JSON-RPC error -32602, before dispatch, so the idempotency
+  layer never sees it.
+- Neither answers a line it cannot read as a JSON-RPC message (not JSON,
+  truncated, "jsonrpc": "1.0", params as an array) nor a tools/call sent
+  without an id: no response, with any id or with null. 1.30.0 does write a
+  `notifications/message` log ("Internal Server Error") for the unreadable ones
+  and 1.9.4 writes nothing, but that is a notification, not an answer, so the
+  assertions below hold on both without a version switch.
+"""
+
+import json
+
+import pytest
+
+from wire import text_of
+
+BAD_ID = "bad"  # Wire numbers its own requests, so a string id cannot collide with one
+KEY = "order-1"
+INVALID_PARAMS = -32602
+
+
+def call_line(key: bool = False, cut: int = 0, **changes) -> str:
+    """A charge_guarded tools/call line: `changes` to the message, maybe a key, the last `cut` characters cut."""
+    params = {"name": "charge_guarded", "arguments": {"amount": 100}}
+    if key:
+        params["idempotencyKey"] = KEY
+    message = {"jsonrpc": "2.0", "id": BAD_ID, "method": "tools/call", "params": params, **changes}
+    line = json.dumps(message)
+    return line[:len(line) - cut]
+
+
+def without_name(key: bool = False) -> str:
+    """A tools/call whose params have arguments (and maybe a key) but no tool name."""
+    params = {"arguments": {"amount": 100}, **({"idempotencyKey": KEY} if key else {})}
+    return call_line(params=params)
+
+
+def without_id() -> str:
+    """A keyed tools/call with no id: a notification, which tools/call cannot be."""
+    message = json.loads(call_line(key=True))
+    del message["id"]
+    return json.dumps(message)
+
+
+ROWS = [
+    pytest.param("charge 100 to order-1", None, id="not-json"),
+    pytest.param(call_line(cut=2), None, id="truncated-json"),
+    pytest.param(call_line(key=True, cut=2), None, id="truncated-json-with-key"),
+    pytest.param(call_line(jsonrpc="1.0"), None, id="jsonrpc-1.0"),
+    pytest.param(call_line(key=True, jsonrpc="1.0"), None, id="jsonrpc-1.0-with-key"),
+    pytest.param(call_line(params=["charge_guarded", {"amount": 100}]), None, id="params-array"),
+    pytest.param(without_name(), INVALID_PARAMS, id="no-tool-name"),
+    pytest.param(without_name(key=True), INVALID_PARAMS, id="no-tool-name-with-key"),
+    pytest.param(without_id(), None, id="keyed-call-without-id"),
+]
+
+
+@pytest.mark.parametrize("line, error_code", ROWS)
+def test_malformed_line_is_survived_and_charges_nothing(wire, line, error_code):
+    """The bad line gets `error_code` (None: no answer at all), runs nothing, and claims no key."""
+    wire.send_line(line)
+
+    # The next valid request is answered, so the server kept reading. Each
+    # line is answered or dropped before the next is read, so any answer to
+    # the bad line is already among the replies Wire read past meanwhile.
+    assert wire.alive()
+    answers = {request_id: json.loads(reply)["error"]["code"] for request_id, reply in wire.replies.items()}
+    assert answers == ({} if error_code is None else {BAD_ID: error_code})
+    assert wire.ledger()["charges"] == 0
+
+    # The key works, once: had the bad line claimed it, this would be in progress forever.
+    assert text_of(wire.charge(100, key=KEY)) == "Charged 100. New balance: 100"
+    assert text_of(wire.charge(100, key=KEY)) == "Charged 100. New balance: 100"
+    assert wire.ledger() == {"balance": 100, "charges": 1}

@@ -1,0 +1,220 @@
+"""P4, P6, P13, S2a: what is recorded, what a replay looks like on the wire, and the order of checks."""
+
+import json
+import uuid
+
+import mcp.types as types
+import pytest
+from mcp.shared.exceptions import McpError
+
+from client_demo import tool_call
+from wire import Wire, error_type, text_of
+
+CONFLICT = "idempotency_key_conflict"
+
+
+@pytest.fixture(scope="module")
+def shared_wire():
+    """One server for the whole module (rows are independent: their own keys, ledger deltas)."""
+    client = Wire()
+    yield client
+    client.close()
+
+
+def new_key() -> str:
+    """A key no other row uses."""
+    return str(uuid.uuid4())
+
+
+def without_id(line: str, request_id) -> str:
+    """A response line with its JSON-RPC envelope up to the id cut off: what a replay must repeat."""
+    envelope = f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},'
+    assert line.startswith(envelope), line
+    return line[len(envelope):]
+
+
+def keyed_call_line(wire: Wire, name: str, arguments: dict, key: str) -> tuple[str, str]:
+    """Send a keyed tools/call; return its raw response line, and that line without the id."""
+    request_id = wire.send_call(name, arguments, key)
+    line = wire.raw_reply(request_id)
+    return line, without_id(line, request_id)
+
+
+# ----------------------------------------------------------------------------
+# P6: every outcome of a claimed key is recorded and replayed byte for byte
+# ----------------------------------------------------------------------------
+
+OUTCOMES = [
+    pytest.param("charge_guarded", {"amount": 100}, False, id="success"),
+    pytest.param("charge_guarded", {"amount": 0}, True, id="tool_error_amount_0"),
+    pytest.param("charge_guarded", {"amount": -5}, True, id="tool_error_amount_-5"),
+    pytest.param("no_such_tool", {}, True, id="unknown_tool"),
+]
+
+
+@pytest.mark.parametrize(("name", "arguments", "is_error"), OUTCOMES)
+def test_replay_is_the_original_response_byte_for_byte_apart_from_the_id(shared_wire, name, arguments, is_error):
+    key = new_key()
+    original_line, original = keyed_call_line(shared_wire, name, arguments, key)
+    before = shared_wire.ledger()
+
+    _, replay = keyed_call_line(shared_wire, name, arguments, key)
+
+    assert json.loads(original_line)["result"]["isError"] is is_error  # the row is the outcome it claims
+    # Byte equality also leaves no room for a replay marker (S2b): no _meta, nothing added.
+    assert replay == original
+    assert shared_wire.ledger() == before
+    # A tool error would look the same if the tool ran again: the log tells, one execution.
+    assert shared_wire.log().count(f"executed: key={key!r}") == 1
+    assert shared_wire.log().count(f"replayed: key={key!r}") == 1
+
+
+CHANGED_RETRIES = [
+    pytest.param(("charge_guarded", {"amount": 100}), ("charge_guarded", {"amount": 200}),
+                 id="success_then_other_amount"),
+    pytest.param(("charge_guarded", {"amount": 0}), ("charge_guarded", {"amount": 100}),
+                 id="tool_error_then_corrected_amount"),
+    pytest.param(("no_such_tool", {}), ("get_balance", {}), id="unknown_tool_then_real_tool"),
+]
+
+
+@pytest.mark.parametrize(("original", "changed"), CHANGED_RETRIES)
+def test_changed_retry_of_a_recorded_outcome_is_a_conflict(shared_wire, original, changed):
+    # A recorded tool error is an outcome like any other: fixing the arguments needs a new key.
+    key = new_key()
+    shared_wire.call(*original, key)
+    before = shared_wire.ledger()
+
+    response = shared_wire.call(*changed, key)
+
+    assert response["error"]["code"] == -32602
+    assert response["error"]["data"] == {"type": CONFLICT, "idempotencyKey": key}
+    assert shared_wire.ledger() == before
+
+
+def test_conflict_is_not_recorded_so_the_original_still_replays(shared_wire):
+    key = new_key()
+    _, original = keyed_call_line(shared_wire, "charge_guarded", {"amount": 100}, key)
+    assert error_type(shared_wire.charge(200, key=key)) == CONFLICT
+    before = shared_wire.ledger()
+
+    _, replay = keyed_call_line(shared_wire, "charge_guarded", {"amount": 100}, key)
+
+    assert replay == original
+    assert shared_wire.ledger() == before
+
+
+REJECTED = [
+    pytest.param(tool_call("charge_guarded", {"amount": 100}, ""), id="invalid_key_empty"),
+    pytest.param(tool_call("charge_guarded", {"amount": 100}, "k" * 256), id="invalid_key_too_long"),
+    pytest.param(tool_call("charge_guarded", {"amount": 100}, 7), id="invalid_key_number"),
+    pytest.param(tool_call("charge_guarded", {"amount": 200}, "recorded"), id="conflict"),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("rejected", REJECTED)
+async def test_rejection_leaves_the_store_as_it_found_it(dedup, rejected):
+    await dedup.idempotent_call_tool(tool_call("charge_guarded", {"amount": 100}, "recorded"))
+    store_before = {key: (record.fingerprint, record.outcome, record.expires_at)
+                    for key, record in dedup._dedup_store.items()}
+
+    with pytest.raises(McpError):
+        await dedup.idempotent_call_tool(rejected)
+
+    assert {key: (record.fingerprint, record.outcome, record.expires_at)
+            for key, record in dedup._dedup_store.items()} == store_before
+    assert dedup.ledger == {"balance": 100, "charges": 1}
+
+
+@pytest.mark.anyio
+async def test_jsonrpc_error_outcome_is_recorded_and_replayed(dedup, monkeypatch):
+    # FastMCP turns every tool failure into an isError result, so a JSON-RPC error from the
+    # tool-call handler (possible with another framework, or a future FastMCP) is staged here.
+    failure = types.ErrorData(code=-32603, message="payment processor unreachable", data={"retryable": True})
+    runs = []
+
+    async def failing_handler(request: types.CallToolRequest) -> types.ServerResult:
+        runs.append(request)
+        raise McpError(failure)
+
+    monkeypatch.setattr(dedup, "call_tool", failing_handler)
+    request = tool_call("charge_guarded", {"amount": 100}, "jsonrpc-error")
+
+    with pytest.raises(McpError) as original:
+        await dedup.idempotent_call_tool(request)
+    with pytest.raises(McpError) as replay:
+        await dedup.idempotent_call_tool(request)
+
+    assert original.value.error == failure
+    assert replay.value.error == original.value.error
+    assert len(runs) == 1
+
+
+# ----------------------------------------------------------------------------
+# S2a, P13: the replay is the outcome as recorded, whatever the tool's hints
+# ----------------------------------------------------------------------------
+
+
+def test_replay_is_the_recorded_outcome_not_refreshed(shared_wire):
+    key = new_key()
+    original = shared_wire.charge(100, key=key)
+    shared_wire.charge(7)  # the world moves on: the balance the original reported is now stale
+
+    replay = shared_wire.charge(100, key=key)
+
+    assert replay["result"] == original["result"]
+    stale_balance = int(text_of(original).rsplit(" ", 1)[1])  # "Charged 100. New balance: N"
+    assert shared_wire.ledger()["balance"] == stale_balance + 7
+
+
+def test_read_only_tool_is_deduplicated_like_any_other(shared_wire):
+    tools = {tool["name"]: tool for tool in shared_wire.request("tools/list")["result"]["tools"]}
+    assert tools["get_balance"]["annotations"]["readOnlyHint"] is True  # the row uses a read-only tool
+    key = new_key()
+    recorded = shared_wire.call("get_balance", {}, key)
+    shared_wire.charge(7)
+
+    replay = shared_wire.call("get_balance", {}, key)
+
+    # P13: no exemption for readOnlyHint: the recorded balance comes back, not today's.
+    assert replay["result"] == recorded["result"]
+    assert json.loads(text_of(replay)) != shared_wire.ledger()  # so the tool did not run again
+
+
+# ----------------------------------------------------------------------------
+# P4: a conflict is found before "in progress"; a call without a key is untouched
+# ----------------------------------------------------------------------------
+
+
+def test_different_arguments_while_the_original_runs_is_a_conflict_not_in_progress(spawn):
+    wire = spawn("--charge-delay", "1")
+    key = new_key()
+    original_id = wire.send_call("charge_guarded", {"amount": 100}, key)
+    wire.wait_for_log(f"executed: key={key!r}")  # the original has claimed the key and is charging
+
+    changed = wire.charge(200, key=key)
+
+    assert changed["error"]["data"] == {"type": CONFLICT, "idempotencyKey": key}
+    assert original_id not in wire.replies  # answered at once, while the original was still running
+    assert wire.reply(original_id)["result"]["isError"] is False
+    assert wire.ledger() == {"balance": 100, "charges": 1}
+
+
+@pytest.mark.anyio
+async def test_call_without_a_key_goes_straight_to_fastmcp(dedup, monkeypatch):
+    # Backward compatibility: no key, no idempotency layer; every call is FastMCP's own.
+    fastmcp_call_tool, handled = dedup.call_tool, []
+
+    async def spy(request: types.CallToolRequest) -> types.ServerResult:
+        handled.append(await fastmcp_call_tool(request))
+        return handled[-1]
+
+    monkeypatch.setattr(dedup, "call_tool", spy)
+
+    first = await dedup.idempotent_call_tool(tool_call("charge_guarded", {"amount": 100}))
+    second = await dedup.idempotent_call_tool(tool_call("charge_guarded", {"amount": 100}))
+
+    assert len(handled) == 2 and handled[0] is first and handled[1] is second
+    assert dedup.ledger == {"balance": 200, "charges": 2}
+    assert dedup._dedup_store == {}
