@@ -73,7 +73,9 @@ def test_in_progress_rejection_arrives_while_the_original_still_runs(spawn):
     wire.wait_for_log("executed: key='order-3'")  # the original holds the key and is charging
 
     duplicate = wire.send_call("charge_guarded", {"amount": 100}, key="order-3")
-    assert error_type(wire.reply(duplicate)) == IN_PROGRESS
+    rejected = wire.reply(duplicate)
+    assert rejected["error"]["code"] == -32602  # P5: the shape a client branches on (SEP S1a)
+    assert rejected["error"]["data"] == {"type": IN_PROGRESS, "idempotencyKey": "order-3"}
     assert answered_before(wire, original, "order-3")
     assert text_of(wire.reply(original)) == "Charged 100. New balance: 100"
     assert wire.ledger() == {"balance": 100, "charges": 1}

@@ -157,3 +157,19 @@ def test_field_named_idempotency_key_elsewhere_is_not_a_key(shared_wire, params)
     assert first["result"]["isError"] is False and second["result"]["isError"] is False
     assert charges(shared_wire) == before + 2
     assert decisions(shared_wire.log()[log_seen:]) == []
+
+
+# ----------------------------------------------------------------------------
+# SEP W2: only tools/call is covered
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["w2-key", 7], ids=["valid_key", "invalid_key"])
+def test_key_on_a_method_other_than_tools_call_is_not_examined(shared_wire, key):
+    log_seen = len(shared_wire.log())
+
+    listed = shared_wire.request("tools/list", {"idempotencyKey": key})
+    again = shared_wire.request("tools/list", {"idempotencyKey": key})
+
+    assert "result" in listed and again["result"] == listed["result"]  # served as usual, never rejected
+    assert decisions(shared_wire.log()[log_seen:]) == []

@@ -218,3 +218,18 @@ async def test_call_without_a_key_goes_straight_to_fastmcp(dedup, monkeypatch):
     assert len(handled) == 2 and handled[0] is first and handled[1] is second
     assert dedup.ledger == {"balance": 200, "charges": 2}
     assert dedup._dedup_store == {}
+
+
+# ----------------------------------------------------------------------------
+# P10: on stdio each client spawns its own server, and the store is that client's alone
+# ----------------------------------------------------------------------------
+
+
+def test_each_client_process_keeps_its_own_store(spawn):
+    alice, bob = spawn(), spawn()
+
+    assert text_of(alice.charge(100, key="shared-looking-key")) == "Charged 100. New balance: 100"
+    # The same key from another client is another client's key: it runs, on that client's ledger.
+    assert text_of(bob.charge(250, key="shared-looking-key")) == "Charged 250. New balance: 250"
+    assert alice.ledger() == {"balance": 100, "charges": 1}
+    assert bob.ledger() == {"balance": 250, "charges": 1}
