@@ -15,7 +15,6 @@ the SEP is silent; both are listed in README.md.
 
 import argparse
 import hashlib
-import json
 import logging
 import math
 import sys
@@ -28,6 +27,7 @@ import anyio
 import anyio.lowlevel
 import mcp.types as types
 from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema
+from pydantic_core import to_json
 
 # ----------------------------------------------------------------------------
 # 1. The SDK check (P12)
@@ -186,11 +186,11 @@ def key_of(request: types.CallToolRequest) -> str | None:
 
 
 def as_json_value(value: Any) -> Any:
-    """P3: the value with every float that is a whole number turned into that int."""
+    """P3: the value in one spelling: members in sorted order, whole-number floats as ints."""
     if type(value) is float:  # `type is`, not isinstance: True must not become 1
         return int(value) if value.is_integer() else value  # 1.0 -> 1, -0.0 -> 0
     if type(value) is dict:
-        return {name: as_json_value(member) for name, member in value.items()}
+        return {name: as_json_value(value[name]) for name in sorted(value)}
     if type(value) is list:
         return [as_json_value(item) for item in value]
     return value
@@ -198,13 +198,14 @@ def as_json_value(value: Any) -> Any:
 
 def fingerprint_of(request: types.CallToolRequest) -> bytes:
     """P3 (SEP E1-E6): a digest equal for two requests exactly when they are the same request."""
-    # Sorted members and fixed separators remove serialisation differences (E2);
-    # as_json_value makes numbers compare by value (E3); strings are compared as
-    # parsed, escapes already resolved, with no Unicode normalisation (E4);
-    # absent arguments count as {} and _meta is left out (E1).
+    # as_json_value removes member order (E2) and makes numbers compare by value
+    # (E3); strings are compared as parsed, escapes already resolved, with no
+    # Unicode normalisation (E4); absent arguments count as {} and _meta is left
+    # out (E1). pydantic's serialiser is the SDK's own and costs a fraction of
+    # json.dumps; "constants" keeps Infinity apart from null for in-process callers.
     arguments = as_json_value(request.params.arguments or {})
-    text = json.dumps([request.params.name, arguments], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).digest()
+    text = to_json([request.params.name, arguments], inf_nan_mode="constants")
+    return hashlib.sha256(text).digest()
 
 
 def forget_expired() -> None:
@@ -219,6 +220,12 @@ def forget_expired() -> None:
         expired.append(key)
     for key in expired:
         del _dedup_store[key]
+    # A dict never gives back the table it grew to; once most of it has expired,
+    # copy the survivors into a fresh table, so memory follows the window (P8).
+    if len(expired) > len(_dedup_store):
+        survivors = dict(_dedup_store)
+        _dedup_store.clear()
+        _dedup_store.update(survivors)
 
 
 def claim(key: str, fingerprint: bytes) -> Record:
