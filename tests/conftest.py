@@ -20,6 +20,14 @@ def wire():
     client.close()
 
 
+@pytest.fixture(scope="module")
+def shared_wire():
+    """One server for a whole module whose rows are independent (their own keys, ledger deltas)."""
+    client = Wire()
+    yield client
+    client.close()
+
+
 @pytest.fixture
 def spawn():
     """Start server.py with command-line options: spawn("--charge-delay", "0.5")."""

@@ -18,14 +18,6 @@ from wire import Wire
 CONFLICT = "idempotency_key_conflict"
 
 
-@pytest.fixture(scope="module")
-def shared_wire():
-    """One server for the whole module (rows are independent: their own keys, ledger deltas)."""
-    client = Wire()
-    yield client
-    client.close()
-
-
 def charge(arguments: str) -> str:
     """The params members of a charge_guarded call, with `arguments` spelled exactly as given."""
     return f'"name":"charge_guarded","arguments":{arguments}'

@@ -14,14 +14,6 @@ INVALID_KEY = "invalid_idempotency_key"
 ONE_MIB = 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def shared_wire():
-    """One server for the whole module (rows are independent: their own keys, ledger deltas)."""
-    client = Wire()
-    yield client
-    client.close()
-
-
 def charges(wire: Wire) -> int:
     """How many charges the ledger holds: ground truth, read without a key."""
     return wire.ledger()["charges"]

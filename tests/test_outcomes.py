@@ -13,14 +13,6 @@ from wire import Wire, error_type, text_of
 CONFLICT = "idempotency_key_conflict"
 
 
-@pytest.fixture(scope="module")
-def shared_wire():
-    """One server for the whole module (rows are independent: their own keys, ledger deltas)."""
-    client = Wire()
-    yield client
-    client.close()
-
-
 def new_key() -> str:
     """A key no other row uses."""
     return str(uuid.uuid4())
