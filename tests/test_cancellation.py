@@ -7,11 +7,10 @@ that, by hand, to a server that is still charging.
 
 import pytest
 
-from wire import error_type, text_of
+from wire import IN_PROGRESS, error_type, text_of
 
 KEY = "order-1"
 CHARGED = "Charged 100. New balance: 100"
-IN_PROGRESS = "idempotency_key_in_progress"
 
 
 def cancel(wire, request_id) -> None:

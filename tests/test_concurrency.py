@@ -7,10 +7,8 @@ others arrive.
 
 import pytest
 
-from wire import error_type, text_of
+from wire import CONFLICT, IN_PROGRESS, error_type, text_of
 
-CONFLICT = "idempotency_key_conflict"
-IN_PROGRESS = "idempotency_key_in_progress"
 CALLS = 50
 
 

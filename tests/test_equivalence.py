@@ -13,9 +13,7 @@ import uuid
 
 import pytest
 
-from wire import Wire
-
-CONFLICT = "idempotency_key_conflict"
+from wire import CONFLICT, Wire
 
 
 def charge(arguments: str) -> str:

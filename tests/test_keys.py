@@ -8,9 +8,8 @@ import json
 
 import pytest
 
-from wire import ABSENT, Wire, error_type
+from wire import ABSENT, INVALID_KEY, Wire, error_type
 
-INVALID_KEY = "invalid_idempotency_key"
 ONE_MIB = 1024 * 1024
 
 

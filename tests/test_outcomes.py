@@ -8,9 +8,7 @@ import pytest
 from mcp.shared.exceptions import McpError
 
 from client_demo import tool_call
-from wire import Wire, error_type, text_of
-
-CONFLICT = "idempotency_key_conflict"
+from wire import CONFLICT, Wire, error_type, text_of
 
 
 def new_key() -> str:

@@ -13,10 +13,8 @@ from mcp.shared.exceptions import McpError
 
 from client_demo import call_tool, text
 from conftest import in_process_session
-from wire import REPLY_TIMEOUT, text_of
+from wire import IN_PROGRESS, REPLY_TIMEOUT, STORE_FULL, text_of
 
-STORE_FULL = "idempotency_store_full"
-IN_PROGRESS = "idempotency_key_in_progress"
 HOLD = 0.5  # seconds a charge takes while a test needs one in flight
 
 

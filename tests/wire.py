@@ -20,6 +20,13 @@ SERVER = ROOT / "server.py"
 ABSENT = object()  # a params member that is left out, as opposed to sent as null
 REPLY_TIMEOUT = 15  # seconds; generous, since CI machines are shared and slow
 
+# The error.data.type values a client branches on (P5), spelled here as the wire
+# carries them, not imported from server.py: the tests check the contract itself.
+INVALID_KEY = "invalid_idempotency_key"
+CONFLICT = "idempotency_key_conflict"
+IN_PROGRESS = "idempotency_key_in_progress"
+STORE_FULL = "idempotency_store_full"
+
 
 class Wire:
     """A server.py subprocess, initialised, spoken to in raw JSON-RPC lines."""
