@@ -2,56 +2,78 @@
 
 Read it top to bottom, in the order of the SEP:
 
-1. the SDK check: refuse to run on an `mcp` that would drop the key (P12);
+1. the SDK check: refuse to run on an `mcp` that would lose the key (P12);
 2. the ledger and its tools, which know nothing about idempotency;
 3. the dispatch layer, which sees every tools/call before any tool runs:
    read the key (P1, P2), fingerprint the request (P3), then look up,
    mismatch, in progress, replay, or claim and run (P4 to P9);
 4. the wiring into the SDK, the capability (P11) and the command line.
 
+What a valid key is, when two calls are the same request and how a rejection
+reads are decided once, in sep3182.py, which the mcp 2.x server shares.
 "SEP X9" names a rule of SEP-3182 and "P9" a position this demo takes where
-the SEP is silent; both are listed in README.md.
+the SEP is silent; tests/CONFORMANCE.md lists both.
 """
 
 import argparse
-import hashlib
+import contextlib
 import logging
 import math
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from importlib.metadata import version
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated
 
-import anyio
-import anyio.lowlevel
-import mcp.types as types
-from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema
-from pydantic_core import to_json
+SETUP = "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt"
+try:
+    import anyio
+    import anyio.lowlevel
+    import mcp.types as types
+    from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema
+
+    import sep3182
+    from sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL
+except ImportError as missing:  # no SDK, or one that cannot be imported (mcp 1.9 beside pydantic 2.14)
+    script = Path(sys.argv[0]).name
+    sys.exit(f"{script} needs the mcp 1.x SDK, which this Python cannot import ({missing}); "
+             f"set it up with: {SETUP}, then run: .venv/bin/python {script}")
 
 # ----------------------------------------------------------------------------
 # 1. The SDK check (P12)
 # ----------------------------------------------------------------------------
 
-SDK_DROPS_KEY = (
-    "mcp {version} drops idempotencyKey from tools/call params, so nothing would be "
+SDK_LOSES_KEY = (
+    "mcp {version} does not keep idempotencyKey in tools/call params ({why}), so nothing would be "
     "deduplicated; install the 1.x SDK this demo pins: pip install -r requirements.txt"
 )
 
 
-def sdk_keeps_idempotency_key() -> bool:
-    """Does this mcp build keep an idempotencyKey that arrives beside the arguments?"""
+def sdk_loses_the_key() -> str | None:
+    """P12: None if this mcp build keeps an idempotencyKey that arrives beside the arguments; else how it loses it."""
     wire = {"method": "tools/call", "params": {"name": "probe", "idempotencyKey": "probe"}}
-    params = types.CallToolRequest.model_validate(wire).params
-    return (params.model_extra or {}).get("idempotencyKey") == "probe"
+    try:
+        params = types.CallToolRequest.model_validate(wire).params
+    except Exception as error:  # a build whose params forbid unknown fields
+        return f"it rejects it: {type(error).__name__}"
+    return None if (params.model_extra or {}).get("idempotencyKey") == "probe" else "it drops it"
 
 
 # P12: an SDK that silently drops the key would let this server look idempotent
 # while it deduplicates nothing. Checked before the FastMCP import, because mcp
 # 2.x (which drops the key) has no FastMCP to import. client_demo.py imports
 # this module to make the same check before it spawns anything.
-if not sdk_keeps_idempotency_key():
-    sys.exit(SDK_DROPS_KEY.format(version=version("mcp")))
+if (why := sdk_loses_the_key()) is not None:
+    sys.exit(SDK_LOSES_KEY.format(version=version("mcp"), why=why))
+
+# mcp 1.9's settings trip pydantic-settings' IncompleteFieldDefinitionWarning on
+# import: harmless, and it would be the first line a reviewer sees. Only it goes.
+with contextlib.suppress(ImportError):  # pydantic-settings releases without it do not emit it
+    from pydantic_settings.exceptions import IncompleteFieldDefinitionWarning
+
+    warnings.filterwarnings("ignore", category=IncompleteFieldDefinitionWarning, module="pydantic_settings")
 
 from mcp.server.fastmcp import FastMCP  # noqa: E402
 from mcp.server.stdio import stdio_server  # noqa: E402
@@ -94,6 +116,9 @@ async def charge(amount: int) -> str:
     return f"Charged {amount}. New balance: {ledger['balance']}"
 
 
+# The two charge tools differ only in name: the name labels which call the demo
+# sends with a key. The SEP has no per-tool opt-in (C6, A1): a key sent to either
+# is honoured (P13).
 @mcp.tool()
 async def charge_unguarded(amount: Amount) -> str:
     """Charge `amount`. The demo calls this one without an idempotencyKey."""
@@ -108,9 +133,8 @@ async def charge_guarded(amount: Amount) -> str:
 
 @mcp.tool()
 def reset_ledger() -> str:
-    """Test helper: zero the balance and the charge count, and forget every key."""
+    """Test helper: zero the balance and the charge count; recorded keys are kept (SEP R1, S2)."""
     ledger.update(balance=0, charges=0)
-    _dedup_store.clear()
     return "Ledger reset."
 
 
@@ -126,27 +150,10 @@ def get_balance() -> dict[str, int]:
 
 RETENTION_SECONDS = 24 * 60 * 60  # P8: Stripe's window; outlasts any client's retry loop
 MAX_RECORDS = 10_000  # P9: a flood of unique keys costs at most this many records
-MAX_KEY_LENGTH = 255  # P2: Stripe's limit; room for a UUID with any prefix a client adds
 
 retention_seconds = RETENTION_SECONDS  # --retention
 max_records = MAX_RECORDS  # --max-records
 clock = time.monotonic  # P8: tests move a fake clock instead of sleeping
-
-# P5: clients branch on error.data.type; every rejection is -32602, since each
-# is a problem with this request's params, and the SEP defines no new code.
-INVALID_KEY = "invalid_idempotency_key"
-CONFLICT = "idempotency_key_conflict"
-IN_PROGRESS = "idempotency_key_in_progress"
-STORE_FULL = "idempotency_store_full"
-MESSAGES = {
-    INVALID_KEY: f"idempotencyKey must be a string of 1 to {MAX_KEY_LENGTH} characters",
-    CONFLICT: "idempotencyKey was already used with a different tool or arguments",
-    IN_PROGRESS: "a request with this idempotencyKey is still running; retry shortly",
-    STORE_FULL: "the server holds as many idempotency records as it can; retry later",
-}
-
-
-JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", dict: "an object", list: "an array"}
 
 
 @dataclass
@@ -158,83 +165,53 @@ class Record:
     expires_at: float = math.inf  # P8: the window opens when the outcome is recorded
 
 
-# Key -> Record. Completed records sit in the order they completed, which is the
-# order they expire in (P8), so expiry only ever looks at the front.
-_dedup_store: dict[str, Record] = {}
+# Key -> Record, in two tables: the records still running, and the completed ones
+# in the order they completed, which is the order they expire in (P8), so expiry
+# only ever looks at the front of one table.
+_running: dict[str, Record] = {}
+_completed: dict[str, Record] = {}
 
 
-def rejection(kind: str, key: str | None, detail: str = "") -> McpError:
+def rejection(kind: str, key: str | None = None, detail: str | None = None) -> McpError:
     """P5: the JSON-RPC error for an idempotency rejection; never recorded (P6)."""
-    data = {"type": kind} if key is None else {"type": kind, "idempotencyKey": key}
-    return McpError(types.ErrorData(code=types.INVALID_PARAMS, message=MESSAGES[kind] + detail, data=data))
+    return McpError(types.ErrorData(**sep3182.rejection(kind, key, detail)))
 
 
 def key_of(request: types.CallToolRequest) -> str | None:
     """P1, P2: the request's idempotencyKey, or None when it carries none."""
     # P1: only the sibling of `name` and `arguments` counts; a field of the same
     # name inside `arguments` or `_meta` is the tool's business, not a key.
-    key = (request.params.model_extra or {}).get("idempotencyKey")
-    if key is None:
-        return None
-    if isinstance(key, str) and 1 <= len(key) <= MAX_KEY_LENGTH:
-        return key
-    # P2: a bad key is refused before anything runs; it is not echoed, since it
-    # is not a key and may be a megabyte long.
-    detail = f"; got {len(key)} characters" if isinstance(key, str) else f"; got {JSON_TYPES[type(key)]}"
-    log.info("invalid key: %s", detail[2:])
-    raise rejection(INVALID_KEY, None, detail)
-
-
-def as_json_value(value: Any) -> Any:
-    """P3: the value in one spelling: members in sorted order, whole-number floats as ints."""
-    if type(value) is float:  # `type is`, not isinstance: True must not become 1
-        return int(value) if value.is_integer() else value  # 1.0 -> 1, -0.0 -> 0
-    if type(value) is dict:
-        return {name: as_json_value(value[name]) for name in sorted(value)}
-    if type(value) is list:
-        return [as_json_value(item) for item in value]
-    return value
-
-
-def fingerprint_of(request: types.CallToolRequest) -> bytes:
-    """P3 (SEP E1-E6): a digest equal for two requests exactly when they are the same request."""
-    # as_json_value removes member order (E2) and makes numbers compare by value
-    # (E3); strings are compared as parsed, escapes already resolved, with no
-    # Unicode normalisation (E4); absent arguments count as {} and _meta is left
-    # out (E1). pydantic's serialiser is the SDK's own and costs a fraction of
-    # json.dumps; "constants" keeps Infinity apart from null for in-process callers.
-    arguments = as_json_value(request.params.arguments or {})
-    text = to_json([request.params.name, arguments], inf_nan_mode="constants")
-    return hashlib.sha256(text).digest()
+    try:
+        return sep3182.checked_key((request.params.model_extra or {}).get("idempotencyKey"))
+    except sep3182.InvalidKey as bad:
+        log.debug("invalid key: %s", bad)
+        raise rejection(INVALID_KEY, None, str(bad)) from None
 
 
 def forget_expired() -> None:
     """P8: drop the completed records whose window has passed."""
+    global _completed
     now = clock()
     expired = []
-    for key, record in _dedup_store.items():
-        if record.outcome is None:  # still running: never expires, does not stop the scan
-            continue
+    for key, record in _completed.items():
         if record.expires_at > now:  # completion order is expiry order: the rest are live
             break
         expired.append(key)
     for key in expired:
-        del _dedup_store[key]
+        del _completed[key]
     # A dict never gives back the table it grew to; once most of it has expired,
     # copy the survivors into a fresh table, so memory follows the window (P8).
-    if len(expired) > len(_dedup_store):
-        survivors = dict(_dedup_store)
-        _dedup_store.clear()
-        _dedup_store.update(survivors)
+    if len(expired) > len(_completed):
+        _completed = dict(_completed)
 
 
 def claim(key: str, fingerprint: bytes) -> Record:
     """P4.1: record the key as running, with its fingerprint, before the tool starts."""
     # P9: refuse rather than run without the guarantee the client asked for.
-    if len(_dedup_store) >= max_records:
-        log.info("store full: key=%r", key)
+    if len(_running) + len(_completed) >= max_records:
+        log.debug("store full: key=%r", key)
         raise rejection(STORE_FULL, key)
-    record = _dedup_store[key] = Record(fingerprint)
+    record = _running[key] = Record(fingerprint)
     return record
 
 
@@ -242,8 +219,8 @@ def complete(key: str, record: Record, outcome: types.ServerResult | types.Error
     """P6, P8: keep the outcome for replay, and open its retention window."""
     record.outcome = outcome
     record.expires_at = clock() + retention_seconds
-    _dedup_store.pop(key, None)  # move to the back: completion order is expiry order
-    _dedup_store[key] = record
+    del _running[key]
+    _completed[key] = record  # at the back: completion order is expiry order
 
 
 def reply(outcome: types.ServerResult | types.ErrorData) -> types.ServerResult:
@@ -264,17 +241,17 @@ async def outcome_of(request: types.CallToolRequest) -> types.ServerResult | typ
 async def run_once(key: str, fingerprint: bytes, request: types.CallToolRequest) -> types.ServerResult:
     """P4.1, P7: claim the key, run the tool to completion, record its outcome."""
     record = claim(key, fingerprint)
-    log.info("executed: key=%r tool=%s", key, request.params.name)
+    log.debug("claimed: key=%r tool=%s", key, request.params.name)
     # P7: a cancel (the 2.x client sends one on every timeout) or a vanished
     # client must not stop a keyed execution half way: the retry would find a
     # record that never completes, or a side effect with no record of it.
     with anyio.CancelScope(shield=True):
         outcome = await outcome_of(request)
     complete(key, record, outcome)
-    log.info("recorded: key=%r", key)
+    log.debug("recorded: key=%r", key)
     # A cancel that arrived meanwhile is delivered here, after the outcome is
     # safe, so the SDK answers the cancelled request its own way.
-    await anyio.lowlevel.checkpoint()
+    await anyio.lowlevel.checkpoint_if_cancelled()
     return reply(outcome)
 
 
@@ -284,19 +261,19 @@ async def idempotent_call_tool(request: types.CallToolRequest) -> types.ServerRe
     if key is None:
         return await call_tool(request)  # no key: exactly what the server did before
     forget_expired()
-    fingerprint = fingerprint_of(request)
+    fingerprint = sep3182.fingerprint(request.params.name, request.params.arguments)
     # From this lookup to the claim in run_once there is no `await`, so on one
     # event loop no duplicate can slip in between: at most one execution per key.
-    record = _dedup_store.get(key)
+    record = _running.get(key) or _completed.get(key)
     if record is None:
         return await run_once(key, fingerprint, request)
     if record.fingerprint != fingerprint:  # P4.2: checked first, so a mismatch is a conflict even mid-run
-        log.info("conflict: key=%r tool=%s", key, request.params.name)
+        log.debug("conflict: key=%r tool=%s", key, request.params.name)
         raise rejection(CONFLICT, key)
     if record.outcome is None:  # P4.3 (SEP S1): reject at once, never wait
-        log.info("in progress: key=%r", key)
+        log.debug("in progress: key=%r", key)
         raise rejection(IN_PROGRESS, key)
-    log.info("replayed: key=%r", key)  # P4.4 (SEP S2): the tool does not run
+    log.debug("replayed: key=%r", key)  # P4.4 (SEP S2): the tool does not run
     return reply(record.outcome)
 
 
@@ -318,9 +295,9 @@ def survive_client_leaving(handle_message):
         except anyio.get_cancelled_exc_class():
             if not (isinstance(message, RequestResponder) and message.cancelled):
                 raise
-            log.info("cancelled by the client: request id %s", message.request_id)
+            log.debug("cancelled by the client: request id %s", message.request_id)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            log.info("client gone: an answer had nowhere to go")
+            log.debug("client gone: an answer had nowhere to go")
 
     return handle
 
@@ -348,7 +325,7 @@ async def serve() -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line: the window, the store's bound and the processor's delay."""
+    """The command line: the window, the store's bound, the processor's delay and the decision log."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--retention", type=float, default=RETENTION_SECONDS, metavar="SECONDS",
                         help="how long a completed key is remembered (P8; default: 24 hours)")
@@ -356,6 +333,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="how many live records the store may hold (P9; default: 10000)")
     parser.add_argument("--charge-delay", type=float, default=0.0, metavar="SECONDS",
                         help="how long each charge takes, to catch one in flight (default: 0)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="log every idempotency decision on stderr (the demo turns this on)")
     return parser.parse_args(argv)
 
 
@@ -365,7 +344,9 @@ def main() -> None:
     args = parse_args()
     retention_seconds, max_records, charge_delay_seconds = args.retention, args.max_records, args.charge_delay
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s", force=True)
-    log.setLevel(logging.INFO)
+    # Each decision is a debug line: a server quiet by default pays nothing for
+    # them (two lines per keyed call cost more than the dedup layer itself).
+    log.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     log.info("serving: retention %gs, at most %d records, charge delay %gs",
              retention_seconds, max_records, charge_delay_seconds)
     anyio.run(serve)

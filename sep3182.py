@@ -1,0 +1,90 @@
+"""The rules of SEP-3182 that need no MCP SDK, in one place for both servers.
+
+server.py (mcp 1.x) and sdk2/server.py (mcp 2.x) read the key and answer a
+rejection each through its own SDK; what a valid key is (P2), when two calls are
+the same request (P3) and how each rejection reads on the wire (P5) are decided
+here, once, so the two servers cannot drift apart. tests/ checks both on the wire.
+"""
+
+import hashlib
+from typing import Any
+
+from pydantic_core import to_json  # pydantic ships with every mcp release
+
+# ----------------------------------------------------------------------------
+# P2: valid keys
+# ----------------------------------------------------------------------------
+
+MAX_KEY_LENGTH = 255  # Stripe's limit; room for a UUID with any prefix a client adds
+
+JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", dict: "an object", list: "an array"}
+
+
+class InvalidKey(ValueError):
+    """P2: an idempotencyKey that is neither absent nor a string of 1 to 255 characters."""
+
+
+def checked_key(value: Any) -> str | None:
+    """P2: the key a client sent in params.idempotencyKey, or None for no key (absent or null)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and 1 <= len(value) <= MAX_KEY_LENGTH:
+        return value
+    # What arrived is no key, and may be a megabyte long: describe it, never echo it.
+    raise InvalidKey(f"got {len(value)} characters" if isinstance(value, str) else f"got {JSON_TYPES[type(value)]}")
+
+
+# ----------------------------------------------------------------------------
+# P3: the same request
+# ----------------------------------------------------------------------------
+
+
+def as_json_value(value: Any) -> Any:
+    """P3: the value in one spelling: members in sorted order, whole-number floats as ints."""
+    if type(value) is float:  # `type is`, not isinstance: True must not become 1
+        return int(value) if value.is_integer() else value  # 1.0 -> 1, -0.0 -> 0
+    if type(value) is dict:
+        return {name: as_json_value(value[name]) for name in sorted(value)}
+    if type(value) is list:
+        return [as_json_value(item) for item in value]
+    return value
+
+
+def fingerprint(tool: str, arguments: dict | None) -> bytes:
+    """P3 (SEP E1-E6): a digest equal for two calls exactly when they are the same request."""
+    # as_json_value removes member order (E2) and makes numbers compare by value
+    # (E3); strings are compared as parsed, escapes already resolved, with no
+    # Unicode normalisation (E4); absent arguments count as {} and _meta is never
+    # passed in (E1). pydantic's serialiser costs a fraction of json.dumps;
+    # "constants" keeps an infinity apart from null.
+    text = to_json([tool, as_json_value(arguments or {})], inf_nan_mode="constants")
+    return hashlib.sha256(text).digest()
+
+
+# ----------------------------------------------------------------------------
+# P5: rejections on the wire
+# ----------------------------------------------------------------------------
+
+# The code the seed prototype used, kept: the SEP names none (S3a). It is not the
+# whole answer, since in-progress and store-full mean "retry shortly" and the
+# other two "do not retry": a client branches on error.data.type, never the code.
+ERROR_CODE = -32602
+
+INVALID_KEY = "invalid_idempotency_key"
+CONFLICT = "idempotency_key_conflict"
+IN_PROGRESS = "idempotency_key_in_progress"
+STORE_FULL = "idempotency_store_full"
+
+MESSAGES = {
+    INVALID_KEY: f"idempotencyKey must be a string of 1 to {MAX_KEY_LENGTH} characters",
+    CONFLICT: "idempotencyKey was already used with a different tool or arguments",
+    IN_PROGRESS: "a request with this idempotencyKey is still running; retry shortly",
+    STORE_FULL: "the server holds as many idempotency records as it can; retry later",
+}
+
+
+def rejection(kind: str, key: str | None = None, detail: str | None = None) -> dict:
+    """P5: the JSON-RPC error object for a rejection; an invalid key is not echoed (P2)."""
+    message = MESSAGES[kind] if detail is None else f"{MESSAGES[kind]}; {detail}"
+    data = {"type": kind} if key is None else {"type": kind, "idempotencyKey": key}
+    return {"code": ERROR_CODE, "message": message, "data": data}
