@@ -1,0 +1,375 @@
+"""SEP-3182 on the current SDK: an MCPServer (mcp 2.x) that honours idempotencyKey on tools/call.
+
+It serves the 2026-07-28 revision (server/discover, a self-contained request each
+time) and the 2025 handshake, over stdio or stateless Streamable HTTP, and keeps
+its records and its ledger in a store that every instance shares (store.py).
+
+Read it top to bottom, in the order of the SEP:
+
+1. the SDK check: refuse to run unless the raw key reaches our middleware (P12');
+2. the ledger and its tools, which know nothing about idempotency;
+3. the dispatch layer, a server middleware that sees every message before any
+   handler: read the key (P1, P2), fingerprint the request (P3), claim the key
+   (P16), then conflict, in progress, replay (P20), or run the tool and record
+   its outcome in one transaction with its side effect (P4, P7, P17, P18);
+4. the capability (P14), the command line and the transports.
+
+"SEP X9" names a rule of SEP-3182 and "P9" a position this project takes where
+the SEP is silent; tests/CONFORMANCE.md lists both.
+"""
+
+import argparse
+import json
+import logging
+import sys
+from contextlib import asynccontextmanager
+from importlib.metadata import version
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import anyio.lowlevel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # sep3182.py, shared with the 1.x server
+import sep3182  # noqa: E402
+from sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL  # noqa: E402
+from store import Held, Limits, Won, open_store  # noqa: E402
+
+NEEDS_SDK2 = "this server needs the mcp 2.x SDK; install it: pip install -r sdk2/requirements.txt"
+try:
+    import mcp_types
+    from mcp import Client
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.methods import serialize_server_result, validate_client_request
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+    from pydantic import AfterValidator, StrictFloat, StrictInt, ValidationError, WithJsonSchema
+except ImportError:
+    sys.exit(NEEDS_SDK2)
+
+log = logging.getLogger("idempotency")
+
+# ----------------------------------------------------------------------------
+# 1. The SDK check (P12')
+# ----------------------------------------------------------------------------
+
+SDK_HIDES_KEY = (
+    "mcp {version} does not hand a tools/call's idempotencyKey to server middleware before the "
+    "tool runs ({why}), so nothing would be deduplicated; install the SDK this server was "
+    "tested on: pip install -r sdk2/requirements.txt"
+)
+
+
+class KeyedCallParams(mcp_types.CallToolRequestParams):
+    """tools/call params with the key beside `arguments`: 2.x's own model would drop it."""
+
+    idempotency_key: str | None = None  # the SDK's camelCase aliases put it on the wire as idempotencyKey
+
+
+class KeyedCall(mcp_types.CallToolRequest):
+    """A tools/call request that carries KeyedCallParams."""
+
+    params: KeyedCallParams
+
+
+async def what_the_sdk_does_with_a_key() -> list[str]:
+    """P12': send a keyed tools/call through the SDK, in process; list what saw the key, in order."""
+    seen = []
+
+    async def watch(ctx, call_next):
+        if ctx.method == "tools/call":
+            seen.append(f"middleware saw {(ctx.params or {}).get('idempotencyKey')!r}")
+        return await call_next(ctx)
+
+    probe = MCPServer("probe", middleware=[watch])
+
+    @probe.tool()
+    def ran() -> str:
+        seen.append("tool ran")
+        return "ran"
+
+    async with Client(probe, mode="legacy") as client:  # JSON-RPC messages over memory streams
+        result = await client.session.send_request(
+            KeyedCall(params=KeyedCallParams(name="ran", arguments={}, idempotency_key="probe")),
+            mcp_types.CallToolResult)
+    return seen + ([] if result.is_error else ["call succeeded"])
+
+
+def sdk_hides_the_key() -> str | None:
+    """P12': None if a raw key reaches middleware before the tool runs and the call succeeds; else why not."""
+    expected = ["middleware saw 'probe'", "tool ran", "call succeeded"]
+    try:
+        seen = anyio.run(what_the_sdk_does_with_a_key)
+    except Exception as error:  # a build that rejects the key, or moved what we rely on
+        return f"the probe failed: {type(error).__name__}"
+    return None if seen == expected else "the probe saw: " + (", ".join(seen) or "nothing")
+
+
+# ----------------------------------------------------------------------------
+# 2. The ledger and its tools: no idempotency code below this line until part 3
+# ----------------------------------------------------------------------------
+
+RETENTION_SECONDS = 24 * 60 * 60  # P8: Stripe's window; outlasts any client's retry loop
+MAX_RECORDS = 10_000  # P9: a flood of unique keys costs at most this many records
+LEASE_SECONDS = 30.0  # P18: longer than any tool here may run, short enough for a retry to wait out
+STORE = "sqlite:sep3182.db"  # P15: one file, shared by every instance started in this folder
+
+settings = argparse.Namespace(store="memory", retention=RETENTION_SECONDS, lease=LEASE_SECONDS,
+                              max_records=MAX_RECORDS, charge_delay=0.0)  # replaced by the command line
+
+
+@asynccontextmanager
+async def shared_store(_server):
+    """P15: the store the command line names, open while the server runs; handlers find it in their context."""
+    limits = Limits(settings.retention, settings.lease, settings.max_records)
+    async with open_store(settings.store, limits) as store:
+        yield store
+
+
+SERVER_INFO = {"name": "sep-3182-demo", "version": "2.0"}
+mcp = MCPServer(**SERVER_INFO, log_level="WARNING", lifespan=shared_store)  # WARNING: stderr is for our decisions
+
+
+def whole_positive(amount: int | float) -> int:
+    """A charge is a positive whole number of units."""
+    if amount <= 0 or (isinstance(amount, float) and not amount.is_integer()):
+        raise ValueError(f"amount must be a positive whole number, not {amount!r}")
+    return int(amount)
+
+
+# P3 makes 100 and 100.0 the same request, so the tool takes them as the same
+# amount; a string or a boolean is not an amount (strict), whatever it spells.
+Amount = Annotated[
+    StrictInt | StrictFloat,
+    AfterValidator(whole_positive),
+    WithJsonSchema({"type": "integer", "exclusiveMinimum": 0}),
+]
+
+
+async def charge(ctx: Context, amount: int) -> str:
+    """Apply one charge to the ledger: the side effect that must not happen twice."""
+    await anyio.sleep(settings.charge_delay)  # a slow payment processor, to catch a call in flight
+    async with ctx.request_context.lifespan_context.transaction() as ledger:
+        balance = await ledger.charge(amount)
+    return f"Charged {amount}. New balance: {balance}"
+
+
+@mcp.tool()
+async def charge_unguarded(amount: Amount, ctx: Context) -> str:
+    """Charge `amount`. The demo calls this one without an idempotencyKey; a key would be honoured."""
+    return await charge(ctx, amount)
+
+
+@mcp.tool()
+async def charge_guarded(amount: Amount, ctx: Context) -> str:
+    """Charge `amount`. The demo calls this one with an idempotencyKey."""
+    return await charge(ctx, amount)
+
+
+@mcp.tool()
+async def reset_ledger(ctx: Context) -> str:
+    """Test helper: zero the balance and the charge count; recorded keys are kept."""
+    async with ctx.request_context.lifespan_context.transaction() as ledger:
+        await ledger.reset_ledger()
+    return "Ledger reset."
+
+
+@mcp.tool(annotations=mcp_types.ToolAnnotations(read_only_hint=True))
+async def get_balance(ctx: Context) -> dict[str, int]:
+    """Test helper: the ground truth, the balance and how many charges were applied."""
+    async with ctx.request_context.lifespan_context.transaction() as ledger:
+        return await ledger.ledger()
+
+
+# ----------------------------------------------------------------------------
+# 3. The dispatch layer
+# ----------------------------------------------------------------------------
+
+
+def rejection(kind: str, key: str | None = None, detail: str | None = None) -> MCPError:
+    """P5: the JSON-RPC error for an idempotency rejection; never recorded (P6)."""
+    return MCPError(**sep3182.rejection(kind, key, detail))
+
+
+def well_formed(ctx) -> bool:
+    """Would the SDK accept these tools/call params? If not, it answers them itself and nothing runs."""
+    try:
+        validate_client_request("tools/call", ctx.protocol_version, ctx.params)
+        return True
+    except (ValidationError, KeyError, ValueError):
+        return False
+
+
+def key_of(params: dict) -> str | None:
+    """P1, P2: the request's idempotencyKey, or None when it carries none."""
+    # P1: only the sibling of `name` and `arguments` counts; a field of the same
+    # name inside `arguments` or `_meta` is the tool's business, not a key.
+    try:
+        return sep3182.checked_key(params.get("idempotencyKey"))
+    except sep3182.InvalidKey as bad:
+        log.debug("invalid key: %s", bad)
+        raise rejection(INVALID_KEY, None, str(bad)) from None
+
+
+def recorded(outcome: dict | MCPError, revision: str) -> str:
+    """P6: an outcome as the store keeps it: a result with the revision it was shaped for, or an error."""
+    if isinstance(outcome, MCPError):
+        return json.dumps({"error": outcome.error.model_dump(exclude_none=True)})
+    return json.dumps({"revision": revision, "result": outcome})
+
+
+def shaped_for(result: dict, recorded_for: str, revision: str) -> dict:
+    """P20: a recorded result in the shape of the revision the retry speaks."""
+    if revision == recorded_for:
+        return result  # byte for byte (P6)
+    # 2026-07-28 results carry resultType and a serverInfo stamp in _meta that the
+    # 2025 handshake revisions do not define, and a 2026 client requires them.
+    result = dict(result)
+    meta = {name: value for name, value in result.pop("_meta", {}).items()
+            if name != mcp_types.SERVER_INFO_META_KEY}
+    result.pop("resultType", None)
+    if revision in MODERN_PROTOCOL_VERSIONS:
+        result["resultType"] = "complete"
+        meta[mcp_types.SERVER_INFO_META_KEY] = dict(SERVER_INFO)
+    if meta:
+        result["_meta"] = meta
+    return serialize_server_result("tools/call", revision, result)
+
+
+def replay(outcome: str, revision: str) -> dict:
+    """P4.4 (SEP S2): answer with the recorded outcome; the tool does not run."""
+    outcome = json.loads(outcome)
+    if "error" in outcome:
+        raise MCPError(**outcome["error"])
+    return shaped_for(outcome["result"], outcome["revision"], revision)
+
+
+async def outcome_of(ctx, call_next) -> dict | MCPError:
+    """P6: whatever the SDK's tools/call handler produces, a result or a JSON-RPC error."""
+    try:
+        return await call_next(ctx)
+    except MCPError as error:
+        return error
+
+
+async def run_once(ctx, call_next, key: str, owner: str) -> dict:
+    """P4.1, P7, P17, P18: run the tool to completion and record its outcome with its side effect."""
+    store = ctx.lifespan_context
+    log.debug("claimed: key=%r tool=%s", key, ctx.params["name"])
+    # P7: a cancel (the 2.x client sends one on a stdio timeout) or a vanished
+    # client must not stop a keyed execution half way.
+    with anyio.CancelScope(shield=True):
+        # P17: the tool's ledger write joins this transaction, so the charge and
+        # the completed record commit together or not at all.
+        async with store.transaction() as tx:
+            outcome = await outcome_of(ctx, call_next)
+            if not await tx.complete(key, owner, recorded(outcome, ctx.protocol_version)):
+                # P18: our lease passed and a retry took the key over; raising rolls
+                # back our charge, and this caller, like any retry, is told to wait.
+                log.debug("lease lost: key=%r, its charge rolled back", key)
+                raise rejection(IN_PROGRESS, key)
+    log.debug("recorded: key=%r", key)
+    await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel that came meanwhile, now the outcome is safe
+    if isinstance(outcome, MCPError):
+        raise outcome
+    return outcome
+
+
+async def idempotent_tools_call(ctx, call_next) -> Any:
+    """SEP S0-S3: a tools/call, before any tool handler runs."""
+    if not well_formed(ctx):
+        return await call_next(ctx)  # the SDK's own error for malformed params; nothing runs
+    key = key_of(ctx.params)
+    if key is None:
+        return await call_next(ctx)  # no key: exactly what the server did before
+    fingerprint = sep3182.fingerprint(ctx.params["name"], ctx.params.get("arguments"))
+    claim = await ctx.lifespan_context.claim(key, fingerprint)  # P16: one atomic step in the store
+    if isinstance(claim, Won):
+        return await run_once(ctx, call_next, key, claim.owner)
+    if not isinstance(claim, Held):  # P9: refuse rather than run without the guarantee
+        log.debug("store full: key=%r", key)
+        raise rejection(STORE_FULL, key)
+    if claim.fingerprint != fingerprint:  # P4.2: checked first, so a mismatch is a conflict even mid-run
+        log.debug("conflict: key=%r tool=%s", key, ctx.params["name"])
+        raise rejection(CONFLICT, key)
+    if claim.outcome is None:  # P4.3 (SEP S1): reject at once, never wait
+        log.debug("in progress: key=%r", key)
+        raise rejection(IN_PROGRESS, key)
+    log.debug("replayed: key=%r", key)
+    return replay(claim.outcome, ctx.protocol_version)
+
+
+# ----------------------------------------------------------------------------
+# 4. The capability, the command line and the transports
+# ----------------------------------------------------------------------------
+
+
+def advertised(result: dict) -> dict:
+    """P14 (SEP C1, C2): capabilities.tools.idempotency = {}, an empty object, as the SEP defines it."""
+    result.setdefault("capabilities", {}).setdefault("tools", {})["idempotency"] = {}
+    return result
+
+
+async def idempotency(ctx, call_next) -> Any:
+    """The server middleware: it sees every message, as raw params, before any handler runs."""
+    if ctx.request_id is None:
+        return await call_next(ctx)  # a notification, even one named tools/call: nothing to answer or record
+    if ctx.method == "tools/call":
+        return await idempotent_tools_call(ctx, call_next)
+    # P14: the 2.x SDK keeps no unknown capability, so it is added to the wire
+    # result of server/discover (2026-07-28) and of initialize (the 2025 handshake).
+    if ctx.method in ("server/discover", "initialize"):
+        return advertised(await call_next(ctx))
+    return await call_next(ctx)
+
+
+# The 2.x SDK has server middleware: it sees the raw params, key included, before
+# the params are validated and before any handler runs. That is the SEP's
+# "dispatch layer", reached through a public hook, with no SDK code patched.
+mcp.middleware.append(idempotency)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: transport, store, windows, bound and the processor's delay."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                        help="stdio, or stateless Streamable HTTP with JSON responses (default: stdio)")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP: the address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="HTTP: the port (default: 8000); the path is /mcp")
+    parser.add_argument("--store", default=STORE, metavar="URL",
+                        help=f"memory, sqlite:PATH or postgresql://... (P15; default: {STORE})")
+    parser.add_argument("--retention", type=float, default=RETENTION_SECONDS, metavar="SECONDS",
+                        help="how long a completed key is remembered (P8; default: 24 hours)")
+    parser.add_argument("--lease", type=float, default=LEASE_SECONDS, metavar="SECONDS",
+                        help="how long a claim is held before a retry may take it over (P18; default: 30)")
+    parser.add_argument("--max-records", type=int, default=MAX_RECORDS, metavar="N",
+                        help="how many live records the store may hold (P9; default: 10000)")
+    parser.add_argument("--charge-delay", type=float, default=0.0, metavar="SECONDS",
+                        help="how long each charge takes, to catch one in flight (default: 0)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="log every idempotency decision on stderr (the demos turn this on)")
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    """Check the SDK, then serve; stdout carries the protocol on stdio, so every log goes to stderr."""
+    global settings
+    settings = parse_args()
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s", force=True)
+    log.setLevel(logging.DEBUG if settings.verbose else logging.INFO)
+    # P12': a build that hides the key would let this server look idempotent while
+    # it deduplicates nothing. Probed, not assumed, before anything is served.
+    why = sdk_hides_the_key()
+    if why is not None:
+        sys.exit(SDK_HIDES_KEY.format(version=version("mcp"), why=why))
+    where = "stdio" if settings.transport == "stdio" else f"http://{settings.host}:{settings.port}/mcp"
+    log.info("serving on %s: store %s, retention %gs, lease %gs, at most %d records, charge delay %gs",
+             where, settings.store, settings.retention, settings.lease, settings.max_records, settings.charge_delay)
+    if settings.transport == "stdio":
+        mcp.run()
+    else:
+        mcp.run("streamable-http", host=settings.host, port=settings.port, stateless_http=True, json_response=True)
+
+
+if __name__ == "__main__":
+    main()
