@@ -1,4 +1,7 @@
-"""Fixtures: server.py over stdio (raw `Wire` or the SDK's client), and in process."""
+"""Fixtures: a server on every target (raw JSON-RPC `Wire`), the 1.x SDK's client, and in process.
+
+`--target 2x-http` (repeatable) narrows the wire-level suite to some targets.
+"""
 
 import sys
 import tempfile
@@ -7,44 +10,60 @@ from datetime import timedelta
 
 import pytest
 
-from wire import REPLY_TIMEOUT, ROOT, SERVER, Wire
+from wire import REPLY_TIMEOUT, ROOT, SERVER, TARGETS, start
 
 sys.path.insert(0, str(ROOT))
 
 
+def pytest_addoption(parser):
+    parser.addoption("--target", action="append", choices=TARGETS,
+                     help="run the wire-level tests against this target only (repeatable; default: all)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "targets(*names): run this test on these targets only (default: all)")
+
+
+def pytest_generate_tests(metafunc):
+    """Every test that asks for `target` runs once per target, or per target its `targets` mark names."""
+    if "target" in metafunc.fixturenames:
+        marked = metafunc.definition.get_closest_marker("targets")
+        targets = [name for name in metafunc.config.getoption("target") or TARGETS
+                   if marked is None or name in marked.args]
+        metafunc.parametrize("target", targets, scope="module" if "shared_wire" in metafunc.fixturenames else None)
+
+
 @pytest.fixture
-def wire():
-    """A fresh server.py with default settings."""
-    client = Wire()
-    yield client
-    client.close()
+def spawn(target, tmp_path):
+    """Start the target's server with command-line options: spawn("--charge-delay", "0.5")."""
+    wires = []
+
+    def started(*server_args: str, **options):
+        wires.append(start(target, *server_args, store_dir=tmp_path / str(len(wires)), **options))
+        return wires[-1]
+
+    yield started
+    for wire in wires:
+        wire.close()
+
+
+@pytest.fixture
+def wire(spawn):
+    """A fresh server on the target, with default settings."""
+    return spawn()
 
 
 @pytest.fixture(scope="module")
-def shared_wire():
-    """One server for a whole module whose rows are independent (their own keys, ledger deltas)."""
-    client = Wire()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def spawn():
-    """Start server.py with command-line options: spawn("--charge-delay", "0.5")."""
-    clients = []
-
-    def start(*server_args: str) -> Wire:
-        clients.append(Wire(*server_args))
-        return clients[-1]
-
-    yield start
-    for client in clients:
-        client.close()
+def shared_wire(target, tmp_path_factory):
+    """One server per target for a whole module whose rows are independent (own keys, ledger deltas)."""
+    wire = start(target, store_dir=tmp_path_factory.mktemp(target))
+    yield wire
+    wire.close()
 
 
 @asynccontextmanager
 async def sdk_session(*server_args: str):
-    """The Python SDK's own client, connected to a server.py subprocess over stdio."""
+    """The Python SDK's own client (mcp 1.x), connected to a server.py subprocess over stdio."""
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
@@ -71,13 +90,19 @@ class FakeClock:
 
 @pytest.fixture
 def dedup(monkeypatch):
-    """The server module in this process, with a fake clock and a clean ledger and store."""
+    """server.py in this process, with a fake clock and a clean ledger and store."""
     import server
 
     monkeypatch.setattr(server, "clock", FakeClock())
     monkeypatch.setattr(server, "ledger", {"balance": 0, "charges": 0})
-    monkeypatch.setattr(server, "_dedup_store", {})
+    monkeypatch.setattr(server, "_running", {})
+    monkeypatch.setattr(server, "_completed", {})
     return server
+
+
+def stored_keys(server) -> list[str]:
+    """The keys server.py holds records for: running ones first, then completed ones in expiry order."""
+    return [*server._running, *server._completed]
 
 
 @asynccontextmanager

@@ -5,19 +5,14 @@ retries under the same key with a new JSON-RPC id; these tests send exactly
 that, by hand, to a server that is still charging.
 """
 
+import time
+
 import pytest
 
 from wire import IN_PROGRESS, error_type, text_of
 
 KEY = "order-1"
 CHARGED = "Charged 100. New balance: 100"
-
-
-def cancel(wire, request_id) -> None:
-    """Send the notification a 2.x client sends when `request_id` times out."""
-    # mcp 2.3.0, shared/jsonrpc_dispatcher.py, on TimeoutError: _cancel_outbound(request_id,
-    # f"timed out after {timeout}s"), which notifies {"requestId": ..., "reason": ...}.
-    wire.notify("notifications/cancelled", {"requestId": request_id, "reason": "timed out after 0.5s"})
 
 
 @pytest.fixture
@@ -30,8 +25,8 @@ def slow_server(spawn):
 def timed_out_call(slow_server):
     """A server with a keyed charge in flight that the client has just cancelled."""
     request_id = slow_server.send_call("charge_guarded", {"amount": 100}, key=KEY)
-    slow_server.wait_for_log(f"executed: key={KEY!r}")  # claimed and charging
-    cancel(slow_server, request_id)
+    slow_server.wait_for_log(f"claimed: key={KEY!r}")  # claimed and charging
+    slow_server.cancel(request_id)
     return slow_server
 
 
@@ -55,24 +50,38 @@ def test_retry_after_the_cancelled_run_completes_replays_its_result(timed_out_ca
     assert timed_out_call.alive()
 
 
-def test_cancel_of_an_unkeyed_call_does_not_take_the_server_down(slow_server):
-    """A stock mcp 1.9.4 server dies here; survive_client_leaving keeps this one serving."""
+@pytest.mark.targets("1x-stdio", "2x-stdio")
+def test_cancel_of_an_unkeyed_call_stops_it_and_the_server_serves_on(slow_server):
+    """A stock mcp 1.9.4 server dies here; survive_client_leaving keeps server.py serving."""
     request_id = slow_server.send_call("charge_unguarded", {"amount": 100})
-    # Requests are dispatched in the order they arrive, so once the ping is
+    # Requests are dispatched in the order they arrive, so once this one is
     # answered the charge has started its one-second delay.
     assert slow_server.alive()
-    cancel(slow_server, request_id)
+    slow_server.cancel(request_id)
 
     assert slow_server.alive()
-    # Balance 5, not 105: the cancel did stop the unkeyed charge mid-run,
+    # Balance 5, not 105: on stdio the cancel did stop the unkeyed charge mid-run,
     # which is the path that used to crash the server.
     assert text_of(slow_server.charge(5, tool="charge_unguarded")) == "Charged 5. New balance: 5"
 
 
+@pytest.mark.targets("2x-http")
+def test_client_closing_an_unkeyed_http_call_does_not_stop_it(slow_server):
+    """Over HTTP with JSON responses the SDK lets a handler finish after its client has gone."""
+    request_id = slow_server.send_call("charge_unguarded", {"amount": 100})
+    time.sleep(0.2)  # the charge is in its one-second delay
+    slow_server.cancel(request_id)
+
+    assert slow_server.alive()
+    time.sleep(1)
+    assert slow_server.ledger() == {"balance": 100, "charges": 1}
+
+
+@pytest.mark.targets("1x-stdio", "2x-stdio")
 def test_client_leaving_mid_call_lets_the_call_finish_and_be_recorded(slow_server):
     """A client that closes stdin mid-call: the charge completes, is recorded, and the server exits cleanly."""
     slow_server.send_call("charge_guarded", {"amount": 100}, key=KEY)
-    slow_server.wait_for_log(f"executed: key={KEY!r}")
+    slow_server.wait_for_log(f"claimed: key={KEY!r}")
 
     assert slow_server.close() == 0
     log = slow_server.log()
@@ -80,13 +89,13 @@ def test_client_leaving_mid_call_lets_the_call_finish_and_be_recorded(slow_serve
     assert "Traceback" not in log
 
 
-@pytest.mark.parametrize("target", ["finished", "unknown"])
-def test_cancel_of_a_request_that_is_not_running_is_ignored(wire, target):
+@pytest.mark.parametrize("which", ["finished", "unknown"])
+def test_cancel_of_a_request_that_is_not_running_is_ignored(wire, which):
     """A cancel for a finished request, or an id never sent, changes nothing: the key still replays."""
     finished = wire.send_call("charge_guarded", {"amount": 100}, key=KEY)
     assert text_of(wire.reply(finished)) == CHARGED
 
-    cancel(wire, finished if target == "finished" else "no-such-request")
+    wire.cancel(finished if which == "finished" else "no-such-request")
     assert wire.alive()
     assert text_of(wire.charge(100, key=KEY)) == CHARGED
     assert wire.ledger() == {"balance": 100, "charges": 1}

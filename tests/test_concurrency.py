@@ -20,9 +20,7 @@ def slow_server(spawn):
 
 def answered_before(wire, request_id: int, key: str) -> bool:
     """Was the reply just read sent while `request_id` (holding `key`) was still running?"""
-    # Wire keeps every reply it reads past while waiting for another, so an
-    # original that had already answered would be in `replies` by now.
-    return request_id not in wire.replies and f"recorded: key={key!r}" not in wire.log()
+    return not wire.answered(request_id) and f"recorded: key={key!r}" not in wire.log()
 
 
 def test_identical_keyed_calls_sent_at_once_charge_once(slow_server):
@@ -39,7 +37,7 @@ def test_identical_keyed_calls_sent_at_once_charge_once(slow_server):
     assert all(result == results[0] for result in results)
     assert results[0]["content"][0]["text"] == "Charged 100. New balance: 100"
     assert slow_server.ledger() == {"balance": 100, "charges": 1}
-    assert slow_server.log().count("executed: key='order-1'") == 1
+    assert slow_server.log().count("claimed: key='order-1'") == 1
 
 
 def test_conflict_is_rejected_while_original_runs(slow_server):
@@ -68,7 +66,7 @@ def test_in_progress_rejection_arrives_while_the_original_still_runs(spawn):
     """P4.3 (SEP S1): a duplicate of a running call is rejected at once, never made to wait."""
     wire = spawn("--charge-delay", "2")
     original = wire.send_call("charge_guarded", {"amount": 100}, key="order-3")
-    wire.wait_for_log("executed: key='order-3'")  # the original holds the key and is charging
+    wire.wait_for_log("claimed: key='order-3'")  # the original holds the key and is charging
 
     duplicate = wire.send_call("charge_guarded", {"amount": 100}, key="order-3")
     rejected = wire.reply(duplicate)

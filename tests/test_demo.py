@@ -93,5 +93,5 @@ def test_a_lost_response_is_really_lost_after_the_server_sent_it():
     """The link drops the response on the client's side: the server's log shows it executed and answered."""
     output = play().stdout
     scenario_2 = output.split("2. With an idempotencyKey")[1].split("3. ")[0]
-    executed, lost, replayed = (scenario_2.index(marker) for marker in ("server executed:", "✂", "server replayed:"))
+    executed, lost, replayed = (scenario_2.index(marker) for marker in ("server claimed:", "✂", "server replayed:"))
     assert executed < lost < replayed

@@ -19,7 +19,7 @@ def charges(wire: Wire) -> int:
 
 
 def decisions(log: str) -> list[str]:
-    """The idempotency layer's decisions in a stretch of server log: "executed", "replayed", ..."""
+    """The idempotency layer's decisions in a stretch of server log: "claimed", "replayed", ..."""
     # Lines look like "idempotency: replayed: key='k'"; SDK chatter has another prefix.
     return [line.removeprefix("idempotency: ").split(":")[0]
             for line in log.splitlines() if line.startswith("idempotency: ")]
@@ -53,7 +53,7 @@ def test_invalid_key_is_refused_before_the_tool_runs(shared_wire, bad_key):
     assert response["error"]["code"] == -32602
     assert error_type(response) == INVALID_KEY
     assert charges(shared_wire) == before  # nothing ran
-    # One log line for the one decision; no "executed" or "recorded": nothing was claimed.
+    # One log line for the one decision; no "claimed" or "recorded": nothing was claimed.
     assert decisions(shared_wire.log()[log_seen:]) == ["invalid key"]
     # Nothing was left behind either: the same call without the bad key runs normally, once.
     assert shared_wire.charge(100)["result"]["isError"] is False
@@ -99,7 +99,7 @@ def test_valid_key_executes_once_then_replays(shared_wire, key):
     assert retry["result"] == original["result"]
     assert charges(shared_wire) == before + 1
     # One line per decision, even for a key with a newline in it (the log quotes the key).
-    assert decisions(shared_wire.log()[log_seen:]) == ["executed", "recorded", "replayed"]
+    assert decisions(shared_wire.log()[log_seen:]) == ["claimed", "recorded", "replayed"]
 
 
 def test_nfc_and_nfd_spellings_are_different_keys(shared_wire):
@@ -111,7 +111,7 @@ def test_nfc_and_nfd_spellings_are_different_keys(shared_wire):
     shared_wire.charge(100, key=nfd)
 
     assert charges(shared_wire) == before + 2
-    assert decisions(shared_wire.log()[log_seen:]) == ["executed", "recorded", "executed", "recorded"]
+    assert decisions(shared_wire.log()[log_seen:]) == ["claimed", "recorded", "claimed", "recorded"]
 
 
 @pytest.mark.parametrize("no_key", [pytest.param(None, id="null"), pytest.param(ABSENT, id="absent")])

@@ -24,46 +24,48 @@ KEY = "order-1"
 INVALID_PARAMS = -32602
 
 
-def call_line(key: bool = False, cut: int = 0, **changes) -> str:
-    """A charge_guarded tools/call line: `changes` to the message, maybe a key, the last `cut` characters cut."""
+def call_line(wire, key: bool = False, cut: int = 0, **changes) -> str:
+    """A charge_guarded tools/call line as `wire`'s revision frames it: `changes` to the message, maybe a key,
+    the last `cut` characters cut."""
     params = {"name": "charge_guarded", "arguments": {"amount": 100}}
     if key:
         params["idempotencyKey"] = KEY
-    message = {"jsonrpc": "2.0", "id": BAD_ID, "method": "tools/call", "params": params, **changes}
+    message = {**wire.frame({"jsonrpc": "2.0", "id": BAD_ID, "method": "tools/call", "params": params}), **changes}
     line = json.dumps(message)
     return line[:len(line) - cut]
 
 
-def without_name(key: bool = False) -> str:
+def without_name(wire, key: bool = False) -> str:
     """A tools/call whose params have arguments (and maybe a key) but no tool name."""
     params = {"arguments": {"amount": 100}, **({"idempotencyKey": KEY} if key else {})}
-    return call_line(params=params)
+    return call_line(wire, params=wire.frame({"params": params})["params"])
 
 
-def without_id() -> str:
+def without_id(wire) -> str:
     """A keyed tools/call with no id: a notification, which tools/call cannot be."""
-    message = json.loads(call_line(key=True))
+    message = json.loads(call_line(wire, key=True))
     del message["id"]
     return json.dumps(message)
 
 
 ROWS = [
-    pytest.param("charge 100 to order-1", None, id="not-json"),
-    pytest.param(call_line(cut=2), None, id="truncated-json"),
-    pytest.param(call_line(key=True, cut=2), None, id="truncated-json-with-key"),
-    pytest.param(call_line(jsonrpc="1.0"), None, id="jsonrpc-1.0"),
-    pytest.param(call_line(key=True, jsonrpc="1.0"), None, id="jsonrpc-1.0-with-key"),
-    pytest.param(call_line(params=["charge_guarded", {"amount": 100}]), None, id="params-array"),
-    pytest.param(without_name(), INVALID_PARAMS, id="no-tool-name"),
-    pytest.param(without_name(key=True), INVALID_PARAMS, id="no-tool-name-with-key"),
-    pytest.param(without_id(), None, id="keyed-call-without-id"),
+    pytest.param(lambda wire: "charge 100 to order-1", None, id="not-json"),
+    pytest.param(lambda wire: call_line(wire, cut=2), None, id="truncated-json"),
+    pytest.param(lambda wire: call_line(wire, key=True, cut=2), None, id="truncated-json-with-key"),
+    pytest.param(lambda wire: call_line(wire, jsonrpc="1.0"), None, id="jsonrpc-1.0"),
+    pytest.param(lambda wire: call_line(wire, key=True, jsonrpc="1.0"), None, id="jsonrpc-1.0-with-key"),
+    pytest.param(lambda wire: call_line(wire, params=["charge_guarded", {"amount": 100}]), None, id="params-array"),
+    pytest.param(without_name, INVALID_PARAMS, id="no-tool-name"),
+    pytest.param(lambda wire: without_name(wire, key=True), INVALID_PARAMS, id="no-tool-name-with-key"),
+    pytest.param(without_id, None, id="keyed-call-without-id"),
 ]
 
 
+@pytest.mark.targets("1x-stdio", "2x-stdio")
 @pytest.mark.parametrize("line, error_code", ROWS)
 def test_malformed_line_is_survived_and_charges_nothing(wire, line, error_code):
     """The bad line gets `error_code` (None: no answer at all), runs nothing, and claims no key."""
-    wire.send_line(line)
+    wire.send_line(line(wire))
 
     # The next valid request is answered, so the server kept reading. Each
     # line is answered or dropped before the next is read, so any answer to

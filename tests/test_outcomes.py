@@ -8,6 +8,7 @@ import pytest
 from mcp.shared.exceptions import McpError
 
 from client_demo import tool_call
+from conftest import stored_keys
 from wire import CONFLICT, Wire, error_type, text_of
 
 
@@ -55,7 +56,7 @@ def test_replay_is_the_original_response_byte_for_byte_apart_from_the_id(shared_
     assert replay == original
     assert shared_wire.ledger() == before
     # A tool error would look the same if the tool ran again: the log tells, one execution.
-    assert shared_wire.log().count(f"executed: key={key!r}") == 1
+    assert shared_wire.log().count(f"claimed: key={key!r}") == 1
     assert shared_wire.log().count(f"replayed: key={key!r}") == 1
 
 
@@ -107,13 +108,13 @@ REJECTED = [
 async def test_rejection_leaves_the_store_as_it_found_it(dedup, rejected):
     await dedup.idempotent_call_tool(tool_call("charge_guarded", {"amount": 100}, "recorded"))
     store_before = {key: (record.fingerprint, record.outcome, record.expires_at)
-                    for key, record in dedup._dedup_store.items()}
+                    for key, record in {**dedup._running, **dedup._completed}.items()}
 
     with pytest.raises(McpError):
         await dedup.idempotent_call_tool(rejected)
 
     assert {key: (record.fingerprint, record.outcome, record.expires_at)
-            for key, record in dedup._dedup_store.items()} == store_before
+            for key, record in {**dedup._running, **dedup._completed}.items()} == store_before
     assert dedup.ledger == {"balance": 100, "charges": 1}
 
 
@@ -181,12 +182,12 @@ def test_different_arguments_while_the_original_runs_is_a_conflict_not_in_progre
     wire = spawn("--charge-delay", "1")
     key = new_key()
     original_id = wire.send_call("charge_guarded", {"amount": 100}, key)
-    wire.wait_for_log(f"executed: key={key!r}")  # the original has claimed the key and is charging
+    wire.wait_for_log(f"claimed: key={key!r}")  # the original has claimed the key and is charging
 
     changed = wire.charge(200, key=key)
 
     assert changed["error"]["data"] == {"type": CONFLICT, "idempotencyKey": key}
-    assert original_id not in wire.replies  # answered at once, while the original was still running
+    assert not wire.answered(original_id)  # answered at once, while the original was still running
     assert wire.reply(original_id)["result"]["isError"] is False
     assert wire.ledger() == {"balance": 100, "charges": 1}
 
@@ -207,7 +208,7 @@ async def test_call_without_a_key_goes_straight_to_fastmcp(dedup, monkeypatch):
 
     assert len(handled) == 2 and handled[0] is first and handled[1] is second
     assert dedup.ledger == {"balance": 200, "charges": 2}
-    assert dedup._dedup_store == {}
+    assert stored_keys(dedup) == []
 
 
 # ----------------------------------------------------------------------------

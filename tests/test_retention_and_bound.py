@@ -12,7 +12,7 @@ import pytest
 from mcp.shared.exceptions import McpError
 
 from client_demo import call_tool, text
-from conftest import in_process_session
+from conftest import in_process_session, stored_keys
 from wire import IN_PROGRESS, REPLY_TIMEOUT, STORE_FULL, text_of
 
 HOLD = 0.5  # seconds a charge takes while a test needs one in flight
@@ -39,7 +39,7 @@ async def rejection_of(session, key: str) -> str:
 async def claimed(server, key: str) -> None:
     """Wait until a call started in another task has claimed `key` and is charging."""
     with anyio.fail_after(5):
-        while key not in server._dedup_store:
+        while key not in server._running:
             await anyio.sleep(0.01)
     # Every other task now waits on something: the call is asleep in its charge delay.
     await anyio.wait_all_tasks_blocked()
@@ -72,7 +72,7 @@ async def test_expired_record_is_dropped_on_the_next_keyed_call(dedup):
         await charge_with_key(session, "order-1")
         dedup.clock.advance(dedup.retention_seconds + 1)
         await charge_with_key(session, "order-2")
-    assert list(dedup._dedup_store) == ["order-2"]
+    assert stored_keys(dedup) == ["order-2"]
 
 
 @pytest.mark.anyio
@@ -88,7 +88,7 @@ async def test_store_keeps_only_the_records_inside_the_window(dedup):
             await charge_with_key(session, key)
         dedup.clock.advance(dedup.retention_seconds / 2 + 1)  # past the old records' window only
         await charge_with_key(session, "latest")
-    assert list(dedup._dedup_store) == [*young, "latest"]
+    assert stored_keys(dedup) == [*young, "latest"]
 
 
 @pytest.mark.anyio
@@ -114,7 +114,7 @@ async def test_expired_records_behind_a_running_one_are_still_dropped(dedup, mon
         await charge_with_key(session, "expired")
         dedup.clock.advance(dedup.retention_seconds + 1)
         await charge_with_key(session, "latest")
-        assert list(dedup._dedup_store) == ["running", "latest"]
+        assert stored_keys(dedup) == ["running", "latest"]
 
 
 def test_key_reused_after_the_window_executes_anew_over_stdio(spawn):

@@ -1,12 +1,23 @@
-"""A server.py subprocess spoken to in raw JSON-RPC lines over stdio.
+"""A server under test, spoken to in raw JSON-RPC: what any client in any language sees.
 
-`Wire` is what any client in any language sees: JSON-RPC lines on a pipe, with no
-SDK between. The tests that pin bytes, malformed input, cancellation or
-concurrency use it, and so does the benchmark.
+One suite, three targets, each a real server process:
+
+    1x-stdio   server.py on mcp 1.x, over stdio, after the 2025 initialize handshake
+    2x-stdio   sdk2/server.py on mcp 2.x, over stdio, on the 2026-07-28 revision
+    2x-http    sdk2/server.py on mcp 2.x, over stateless Streamable HTTP, 2026-07-28
+
+`Wire` hides only what the transport and the revision require (framing, the
+2026-07-28 `_meta` envelope and headers); the params a test sends are sent as
+they are. The 2.x server runs in its own virtual environment, since the two SDKs
+cannot share one: `.venv-2x` (or the interpreter $SEP3182_SDK2_PYTHON names).
 """
 
+import contextlib
+import http.client
 import json
+import os
 import queue
+import socket
 import subprocess
 import sys
 import tempfile
@@ -16,77 +27,107 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "server.py"
+SDK2_SERVER = ROOT / "sdk2" / "server.py"
+SDK2_PYTHON = Path(os.environ.get("SEP3182_SDK2_PYTHON", ROOT / ".venv-2x" / "bin" / "python"))
+SDK2_SETUP = "python3 -m venv .venv-2x && .venv-2x/bin/pip install -r sdk2/requirements.txt"
+
+TARGETS = ["1x-stdio", "2x-stdio", "2x-http"]
 
 ABSENT = object()  # a params member that is left out, as opposed to sent as null
 REPLY_TIMEOUT = 15  # seconds; generous, since CI machines are shared and slow
+MODERN = "2026-07-28"
+# What every 2026-07-28 request carries in params._meta, in place of a handshake.
+ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
 
 # The error.data.type values a client branches on (P5), spelled here as the wire
-# carries them, not imported from server.py: the tests check the contract itself.
+# carries them, not imported from the servers: the tests check the contract itself.
 INVALID_KEY = "invalid_idempotency_key"
 CONFLICT = "idempotency_key_conflict"
 IN_PROGRESS = "idempotency_key_in_progress"
 STORE_FULL = "idempotency_store_full"
 
 
+def sdk2_python() -> str:
+    """The interpreter that has mcp 2.x, or a clear failure saying how to make one."""
+    if not SDK2_PYTHON.exists():
+        raise RuntimeError(f"no mcp 2.x environment at {SDK2_PYTHON}; make one: {SDK2_SETUP}")
+    return str(SDK2_PYTHON)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class Wire:
-    """A server.py subprocess, initialised, spoken to in raw JSON-RPC lines."""
+    """A server process, started and ready, spoken to in raw JSON-RPC messages."""
 
-    def __init__(self, *server_args: str, server: Path = SERVER):
+    def __init__(self, target: str, command: list[str]):
+        self.target = target
         self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen(
-            [sys.executable, str(server), *server_args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, encoding="utf-8",
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.replies: dict[object, str] = {}
-        threading.Thread(target=self._read, daemon=True).start()
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.stderr, text=True, encoding="utf-8")
+        self.replies: dict[object, str] = {}  # replies read while waiting for another
         self.next_id = 0
-        self.initialize_result = self.request("initialize", {
-            "protocolVersion": "2025-03-26", "capabilities": {},
-            "clientInfo": {"name": "wire", "version": "1"},
-        })["result"]
-        self.notify("notifications/initialized")
 
-    def _read(self):
-        for line in self.process.stdout:
-            self.lines.put(line)
+    # --- what each transport and revision says differently ------------------
 
-    def send_line(self, line: str) -> None:
-        """Write one line as it is, valid JSON-RPC or not."""
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
+    def frame(self, message: dict) -> dict:
+        """The message as this target's revision wants it on the wire."""
+        return message
+
+    def send_text(self, text: str, message) -> None:
+        """Send one JSON-RPC message written as `text`; `message` is it parsed, or None if it is not JSON."""
+        raise NotImplementedError
+
+    def envelope_text(self, members: str) -> str:
+        """Params members as written, with this revision's envelope added as text (nothing is re-spelled)."""
+        return members
+
+    def raw_reply(self, request_id, timeout: float = REPLY_TIMEOUT) -> str:
+        """The response for `request_id`, exactly as the server wrote it."""
+        raise NotImplementedError
+
+    def cancel(self, request_id) -> None:
+        """Give up on a request the way the 2.x Python client does when it times out."""
+        raise NotImplementedError
+
+    def answered(self, request_id) -> bool:
+        """Has the response to `request_id` arrived yet? (Does not wait.)"""
+        raise NotImplementedError
+
+    # --- the same on every target -------------------------------------------
 
     def send(self, message: dict) -> None:
         """Write one JSON-RPC message."""
-        self.send_line(json.dumps(message))
+        self.send_text(json.dumps(message), message)
+
+    def send_spelled(self, request_id, method: str, members: str) -> None:
+        """Send a request whose params members are JSON text exactly as written: `1e0`, `-0`, member order."""
+        text = (f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},"method":{json.dumps(method)},'
+                f'"params":{{{self.envelope_text(members)}}}}}')
+        self.send_text(text, json.loads(text))
 
     def notify(self, method: str, params: dict | None = None) -> None:
         """Send a notification."""
-        self.send({"jsonrpc": "2.0", "method": method, **({} if params is None else {"params": params})})
+        self.send(self.frame({"jsonrpc": "2.0", "method": method, **({} if params is None else {"params": params})}))
 
-    def send_request(self, method: str, params: dict | None = None) -> int:
+    def send_request(self, method: str, params=None) -> int:
         """Send a request without waiting; return its id."""
         self.next_id += 1
         message = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
         if params is not None:
             message["params"] = params
-        self.send(message)
+        self.send(self.frame(message))
         return self.next_id
-
-    def raw_reply(self, request_id, timeout: float = REPLY_TIMEOUT) -> str:
-        """The response line for `request_id`, exactly as the server wrote it."""
-        while request_id not in self.replies:
-            line = self.lines.get(timeout=timeout)
-            message = json.loads(line)
-            if "id" in message and "method" not in message:
-                self.replies[message["id"]] = line.rstrip("\n")
-        return self.replies.pop(request_id)
 
     def reply(self, request_id, timeout: float = REPLY_TIMEOUT) -> dict:
         """The response for `request_id`, parsed."""
         return json.loads(self.raw_reply(request_id, timeout))
 
-    def request(self, method: str, params: dict | None = None) -> dict:
+    def request(self, method: str, params=None) -> dict:
         """Send a request and wait for its response."""
         return self.reply(self.send_request(method, params))
 
@@ -112,10 +153,10 @@ class Wire:
         return json.loads(self.call("get_balance", {})["result"]["content"][0]["text"])
 
     def alive(self) -> bool:
-        """Does the server still answer a ping?"""
+        """Does the server still answer? (ping; 2026-07-28 has no ping, so server/discover there)"""
         if self.process.poll() is not None:
             return False
-        return self.request("ping") == {"jsonrpc": "2.0", "id": self.next_id, "result": {}}
+        return "result" in self.request("ping" if self.frame({}) == {} else "server/discover", {})
 
     def log(self) -> str:
         """Everything the server wrote to stderr so far."""
@@ -123,7 +164,7 @@ class Wire:
         return self.stderr.read()
 
     def wait_for_log(self, text: str, timeout: float = REPLY_TIMEOUT) -> None:
-        """Wait until the server's stderr contains `text`, e.g. "executed: key='k'" for a call in flight."""
+        """Wait until the server's stderr contains `text`, e.g. "claimed: key='k'" for a call in flight."""
         deadline = time.monotonic() + timeout
         while text not in self.log():
             if time.monotonic() > deadline:
@@ -131,7 +172,54 @@ class Wire:
             time.sleep(0.01)
 
     def close(self) -> int:
-        """End the session the way a client does, by closing stdin; return the exit code."""
+        """End the session the way a client of this transport does; return the server's exit code."""
+        raise NotImplementedError
+
+
+class StdioWire(Wire):
+    """A server subprocess spoken to in JSON-RPC lines on its stdin and stdout."""
+
+    def __init__(self, target: str, command: list[str]):
+        super().__init__(target, command)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def send_line(self, line: str) -> None:
+        """Write one line as it is, valid JSON-RPC or not."""
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def send_text(self, text: str, message) -> None:
+        self.send_line(text)
+
+    def raw_reply(self, request_id, timeout: float = REPLY_TIMEOUT) -> str:
+        while request_id not in self.replies:
+            self._keep(self.lines.get(timeout=timeout))
+        return self.replies.pop(request_id)
+
+    def answered(self, request_id) -> bool:
+        with contextlib.suppress(queue.Empty):
+            while request_id not in self.replies:
+                self._keep(self.lines.get_nowait())
+        return request_id in self.replies
+
+    def _keep(self, line: str) -> None:
+        """File a line the server wrote: a response under its id; anything else is dropped."""
+        message = json.loads(line)
+        if "id" in message and "method" not in message:
+            self.replies[message["id"]] = line.rstrip("\n")
+
+    def cancel(self, request_id) -> None:
+        # mcp 2.3.0, shared/jsonrpc_dispatcher.py, on TimeoutError: _cancel_outbound(request_id,
+        # f"timed out after {timeout}s"), which notifies {"requestId": ..., "reason": ...}.
+        self.notify("notifications/cancelled", {"requestId": request_id, "reason": "timed out after 0.5s"})
+
+    def close(self) -> int:
+        """Close stdin, as a client that goes away does."""
         if self.process.poll() is None:
             self.process.stdin.close()
             try:
@@ -140,6 +228,158 @@ class Wire:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+class ModernStdioWire(StdioWire):
+    """The 2.x server over stdio on 2026-07-28: server/discover, then the envelope on every request."""
+
+    def __init__(self, target: str, command: list[str]):
+        super().__init__(target, command)
+        self.capabilities = self.request("server/discover", {})["result"]["capabilities"]
+
+    def frame(self, message: dict) -> dict:
+        return with_envelope(message)
+
+    def envelope_text(self, members: str) -> str:
+        return with_envelope_text(members)
+
+
+def with_envelope_text(members: str) -> str:
+    """with_envelope for params written as text: the envelope's members go first into _meta."""
+    envelope = json.dumps(ENVELOPE)[1:-1]
+    if '"_meta":{' in members:
+        return members.replace('"_meta":{', '"_meta":{' + envelope + ",", 1)
+    return f'{members},"_meta":{{{envelope}}}'
+
+
+def with_envelope(message: dict) -> dict:
+    """A 2026-07-28 message: the envelope merged into params._meta, the test's own _meta kept."""
+    params = message.get("params", {})
+    if not isinstance(params, dict) or not isinstance(params.get("_meta", {}), dict):
+        return message  # malformed on purpose: sent as it is
+    return {**message, "params": {**params, "_meta": {**ENVELOPE, **params.get("_meta", {})}}}
+
+
+class LegacyStdioWire(StdioWire):
+    """The 1.x server over stdio, after the initialize handshake (mcp 1.9 speaks 2025-03-26)."""
+
+    def __init__(self, target: str, command: list[str]):
+        super().__init__(target, command)
+        self.initialize_result = self.request("initialize", {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "wire", "version": "1"},
+        })["result"]
+        self.capabilities = self.initialize_result["capabilities"]
+        self.notify("notifications/initialized")
+
+
+class HttpWire(Wire):
+    """The 2.x server over stateless Streamable HTTP: one POST per message, each on its own connection."""
+
+    def __init__(self, target: str, command: list[str], port: int, revision: str = MODERN):
+        super().__init__(target, command)
+        self.port, self.revision = port, revision
+        self.connections: dict[object, http.client.HTTPConnection] = {}
+        self.answers: dict[object, queue.Queue] = {}
+        self._wait_until_listening()
+        self.capabilities = self.request("server/discover", {})["result"]["capabilities"]
+
+    def _wait_until_listening(self) -> None:
+        deadline = time.monotonic() + REPLY_TIMEOUT
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the server exited before it listened:\n{self.log()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"nothing listens on port {self.port}:\n{self.log()}") from None
+                time.sleep(0.05)
+
+    def frame(self, message: dict) -> dict:
+        return with_envelope(message) if self.revision == MODERN else message
+
+    def envelope_text(self, members: str) -> str:
+        return with_envelope_text(members) if self.revision == MODERN else members
+
+    def headers(self, message) -> dict:
+        """The headers the SDK's client sends with a message (2026-07-28 routes on them)."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                   "MCP-Protocol-Version": self.revision}
+        if isinstance(message, dict) and isinstance(message.get("method"), str):
+            headers["Mcp-Method"] = message["method"]
+            params = message.get("params")
+            if message["method"] == "tools/call" and isinstance(params, dict) and isinstance(params.get("name"), str):
+                headers["Mcp-Name"] = params["name"]
+        return headers
+
+    def post(self, body: bytes, headers: dict, key=None) -> tuple[int, dict, str]:
+        """One POST to /mcp: status, headers and body. `key` names the connection for cancel()."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=REPLY_TIMEOUT)
+        if key is not None:
+            self.connections[key] = connection
+        try:
+            connection.request("POST", "/mcp", body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, dict(response.getheaders()), response.read().decode()
+        finally:
+            connection.close()
+
+    def send_text(self, text: str, message) -> None:
+        request_id = message.get("id") if isinstance(message, dict) else None
+        answer = self.answers[request_id] = queue.Queue()
+
+        def exchange():
+            try:
+                answer.put(self.post(text.encode(), self.headers(message), request_id)[2])
+            except OSError as gone:  # cancel() closed the connection: no answer will come
+                answer.put(gone)
+
+        threading.Thread(target=exchange, daemon=True).start()
+
+    def raw_reply(self, request_id, timeout: float = REPLY_TIMEOUT) -> str:
+        if request_id in self.replies:
+            return self.replies.pop(request_id)
+        body = self.answers.pop(request_id).get(timeout=timeout)
+        if isinstance(body, Exception):
+            raise body
+        return body
+
+    def answered(self, request_id) -> bool:
+        return request_id in self.replies or not self.answers[request_id].empty()
+
+    def cancel(self, request_id) -> None:
+        # Over HTTP the 2.x client sends no notification: it closes the request's connection.
+        connection = self.connections.get(request_id)
+        if connection is not None and connection.sock is not None:
+            connection.sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> int:
+        """Stop the server, as its operator does (SIGTERM)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=REPLY_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def start(target: str, *server_args: str, server: Path | None = None, store_dir: Path | None = None) -> Wire:
+    """Start `target` with command-line options; the 2.x server gets a fresh SQLite store unless told otherwise."""
+    if target == "1x-stdio":
+        return LegacyStdioWire(target, [sys.executable, str(server or SERVER), "--verbose", *server_args])
+    command = [sdk2_python(), str(server or SDK2_SERVER), "--verbose"]
+    if not any(arg.startswith("--store") for arg in server_args):
+        folder = store_dir or Path(tempfile.mkdtemp(prefix="sep3182-"))
+        folder.mkdir(parents=True, exist_ok=True)
+        command += ["--store", f"sqlite:{folder / 'store.db'}"]
+    if target == "2x-stdio":
+        return ModernStdioWire(target, [*command, *server_args])
+    port = free_port()
+    return HttpWire(target, [*command, "--transport", "http", "--port", str(port), *server_args], port)
 
 
 def error_type(response: dict) -> str | None:
