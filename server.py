@@ -259,7 +259,8 @@ async def idempotent_call_tool(request: types.CallToolRequest) -> types.ServerRe
     """SEP S0-S3: every tools/call passes here before any tool handler runs."""
     key = key_of(request)
     if key is None:
-        return await call_tool(request)  # no key: exactly what the server did before
+        log.debug("no key: tool=%s", request.params.name)
+        return await call_tool(request)  # exactly what the server did before
     forget_expired()
     fingerprint = sep3182.fingerprint(request.params.name, request.params.arguments)
     # From this lookup to the claim in run_once there is no `await`, so on one

@@ -101,7 +101,9 @@ def sdk_hides_the_key() -> str | None:
     try:
         seen = anyio.run(what_the_sdk_does_with_a_key)
     except Exception as error:  # a build that rejects the key, or moved what we rely on
-        return f"the probe failed: {type(error).__name__}"
+        while isinstance(getattr(error, "exceptions", None), tuple):  # the first failure in a task group
+            error = error.exceptions[0]
+        return f"the probe failed: {type(error).__name__}: {error}".splitlines()[0]
     return None if seen == expected else "the probe saw: " + (", ".join(seen) or "nothing")
 
 
@@ -281,7 +283,8 @@ async def idempotent_tools_call(ctx, call_next) -> Any:
         return await call_next(ctx)  # the SDK's own error for malformed params; nothing runs
     key = key_of(ctx.params)
     if key is None:
-        return await call_next(ctx)  # no key: exactly what the server did before
+        log.debug("no key: tool=%s", ctx.params["name"])
+        return await call_next(ctx)  # exactly what the server did before
     fingerprint = sep3182.fingerprint(ctx.params["name"], ctx.params.get("arguments"))
     claim = await ctx.lifespan_context.claim(key, fingerprint)  # P16: one atomic step in the store
     if isinstance(claim, Won):

@@ -3,8 +3,10 @@
 `--target 2x-http` (repeatable) narrows the wire-level suite to some targets.
 """
 
+import os
 import sys
 import tempfile
+import uuid
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
@@ -59,6 +61,35 @@ def shared_wire(target, tmp_path_factory):
     wire = start(target, store_dir=tmp_path_factory.mktemp(target))
     yield wire
     wire.close()
+
+
+# A PostgreSQL server to test against: tests/postgres.sh starts a throwaway one, and
+# .ci/run does so and sets this. Each test gets a database of its own on it.
+POSTGRES = os.environ.get("SEP3182_POSTGRES")
+NO_POSTGRES = ("no PostgreSQL server: start one with tests/postgres.sh start DIR PORT "
+               "and set SEP3182_POSTGRES to the URL it prints")
+
+
+@pytest.fixture
+def postgres_url():
+    """The URL of a new, empty database on the PostgreSQL server SEP3182_POSTGRES names; dropped afterwards."""
+    if not POSTGRES:
+        pytest.skip(NO_POSTGRES)
+    import anyio
+    import asyncpg
+
+    name = f"sep3182_{uuid.uuid4().hex[:12]}"
+
+    async def admin(statement: str) -> None:
+        connection = await asyncpg.connect(POSTGRES)
+        try:
+            await connection.execute(statement)
+        finally:
+            await connection.close()
+
+    anyio.run(admin, f"CREATE DATABASE {name}")
+    yield POSTGRES.rsplit("/", 1)[0] + "/" + name
+    anyio.run(admin, f"DROP DATABASE {name} WITH (FORCE)")
 
 
 @asynccontextmanager

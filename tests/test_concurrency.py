@@ -43,6 +43,9 @@ def test_identical_keyed_calls_sent_at_once_charge_once(slow_server):
 def test_conflict_is_rejected_while_original_runs(slow_server):
     """P4.2: a key reused with other arguments is a conflict even before the original finishes."""
     first = slow_server.send_call("charge_guarded", {"amount": 100}, key="order-2")
+    # Over HTTP each call has a connection of its own, so which lands first is not up to the
+    # client: wait until the first holds the key.
+    slow_server.wait_for_log("claimed: key='order-2'")
     second = slow_server.send_call("charge_guarded", {"amount": 250}, key="order-2")
 
     assert error_type(slow_server.reply(second)) == CONFLICT

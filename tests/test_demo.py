@@ -43,27 +43,55 @@ def verdicts(output: str) -> list[str]:
     return [line.split()[0] for line in output.splitlines() if line.strip().startswith(("PASS", "FAIL"))]
 
 
+def scenario(output: str, number: int) -> list[str]:
+    """The lines of one scenario of the walkthrough, from its heading to the next."""
+    lines = output.split(f"\n{number}. ", 1)[1].split(f"\n{number + 1}. ", 1)[0].split("PASS")[0]
+    return [line.strip() for line in lines.splitlines()]
+
+
 def test_default_run_plays_the_three_scenarios_and_each_passes():
     run = play()
     assert run.returncode == 0, run.stdout + run.stderr
     assert verdicts(run.stdout) == ["PASS"] * 3
-    assert "3 of 3 scenarios behaved as SEP-3182 requires." in run.stdout
+    # The baseline without a key is a failure shown, not a SEP requirement met: the tally says so.
+    assert "The failure without a key is real, and 2 of 2 scenarios with SEP-3182 behaved as it requires." \
+        in run.stdout
 
 
-def test_all_adds_in_flight_no_key_and_expiry_scenarios_and_each_passes():
+def test_all_adds_four_scenarios_and_each_passes():
     run = play("--all")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert verdicts(run.stdout) == ["PASS"] * 6
-    for heading in ("4. A duplicate while the original is still running", "5. No key to charge_guarded",
-                    "6. A key reused after its retention window"):
+    assert verdicts(run.stdout) == ["PASS"] * 7
+    for heading in ("4. A duplicate while the original is still running", "5. A tool slower than the client's timeout",
+                    "6. No key to charge_guarded", "7. A key reused after its retention window"):
         assert heading in run.stdout
+    assert "6 of 6 scenarios with SEP-3182" in run.stdout
+
+
+def test_walkthrough_prints_the_duplicate_after_the_original_claimed_the_key():
+    """Scenario 4, in the order things happened: claim, duplicate sent, in progress, rejected, then recorded."""
+    lines = scenario(play("--all").stdout, 4)
+    order = [next(index for index, line in enumerate(lines) if line.startswith(start))
+             for start in ("server claimed:", "client sends the same call again", "server in progress:",
+                           "client ← error", "server recorded:", "server replayed:")]
+    assert order == sorted(order), "\n".join(lines)
+
+
+def test_slow_tool_is_retried_with_back_off_until_its_replay():
+    """Scenario 5: time out, in progress and back off (at least once), then the replay; one charge."""
+    lines = scenario(play("--all").stdout, 5)
+    decisions = [line.split(":")[0].removeprefix("server ") for line in lines
+                 if line.startswith("server ") and not line.startswith("server serving")]
+    assert decisions[0] == "claimed" and decisions[-1] == "replayed"
+    assert "in progress" in decisions and decisions.count("claimed") == 1
+    assert any("no response within" in line for line in lines) and any("backing off" in line for line in lines)
 
 
 def test_keyed_frame_is_printed_with_the_key_beside_arguments():
     frames = [json.loads(line.split("wire →", 1)[1]) for line in play().stdout.splitlines() if "wire →" in line]
-    assert frames, "the demo printed no keyed frame"
-    for frame in frames:
-        params = frame["params"]
+    keyed = [frame["params"] for frame in frames if "idempotencyKey" in frame["params"]]
+    assert keyed, "the demo printed no keyed frame"
+    for params in keyed:
         assert set(params) == {"name", "arguments", "idempotencyKey"}  # a sibling, not inside arguments (W1)
         assert "idempotencyKey" not in params["arguments"]
 
@@ -79,6 +107,7 @@ def test_demo_fails_against_a_server_that_does_not_deduplicate(tmp_path):
     assert run.returncode == 1
     # Scenario 1 needs no deduplication; 2 and 3 do, and their checks catch its absence.
     assert verdicts(run.stdout) == ["PASS", "FAIL", "FAIL"]
+    assert "0 of 2 scenarios with SEP-3182 behaved as it requires." in run.stdout
 
 
 def test_demo_refuses_to_rely_on_keys_when_the_capability_is_absent(tmp_path):

@@ -2,6 +2,7 @@
 sends; and the refusal to run on an SDK that would drop the key."""
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -14,7 +15,7 @@ from mcp.client.stdio import stdio_client
 
 from client_demo import call_tool
 from conftest import sdk_session
-from wire import REPLY_TIMEOUT, ROOT, SERVER
+from wire import REPLY_TIMEOUT, ROOT, SERVER, sdk2_python
 
 
 # ----------------------------------------------------------------------------
@@ -22,8 +23,19 @@ from wire import REPLY_TIMEOUT, ROOT, SERVER
 # ----------------------------------------------------------------------------
 
 
-def test_initialize_result_advertises_idempotency_on_the_wire(wire):
-    assert wire.initialize_result["capabilities"]["tools"]["idempotency"] == {}
+def test_capability_is_advertised_on_the_wire(wire):
+    """P11 on 1.x (the initialize result), P14 on 2.x (the server/discover result): exactly {} (SEP C1, C2)."""
+    assert wire.capabilities["tools"]["idempotency"] == {}
+
+
+@pytest.mark.targets("2x-http")
+def test_initialize_result_advertises_it_too_for_a_2025_client(wire):
+    """P14: a client of the 2025 handshake finds it where it looks, in the initialize result."""
+    wire.revision = "2025-11-25"
+    initialized = wire.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                              "clientInfo": {"name": "wire", "version": "1"}})
+    assert initialized["result"]["protocolVersion"] == "2025-11-25"
+    assert initialized["result"]["capabilities"]["tools"]["idempotency"] == {}
 
 
 @pytest.mark.anyio
@@ -73,18 +85,48 @@ async def test_sdk_client_keyed_retry_is_deduplicated():
 
 
 # ----------------------------------------------------------------------------
-# P12: on an SDK that would drop the key, nothing runs
+# P12, P12': on an SDK that would lose the key, nothing runs, and one line says why
 # ----------------------------------------------------------------------------
 
-# Makes this interpreter's mcp behave like a build that ignores unknown params fields,
-# as mcp 2.x does: the params model, the request, and ClientRequest, which is what the
-# server's session validates every incoming request with, are rebuilt to drop the key.
-DROP_THE_KEY = """
+# Each form is a sitecustomize.py that reshapes the installed SDK before the script
+# runs, so the script is run exactly as a user runs it (`python server.py`) and its
+# probe is the real one, facing an SDK that really behaves that way.
+SDK1_FORMS = {
+    # A build that ignores unknown params fields, as mcp 2.x does: the params model,
+    # the request, and ClientRequest (which the server's session validates every
+    # incoming request with) are rebuilt to drop the key.
+    "ignores": """
 import mcp.types as t
 t.CallToolRequestParams.model_config["extra"] = "ignore"
 for model in (t.CallToolRequestParams, t.CallToolRequest, t.ClientRequest):
     model.model_rebuild(force=True)
-"""
+""",
+    # A build that forbids them: the probe's own validation raises.
+    "forbids": """
+import mcp.types as t
+t.CallToolRequestParams.model_config["extra"] = "forbid"
+for model in (t.CallToolRequestParams, t.CallToolRequest, t.ClientRequest):
+    model.model_rebuild(force=True)
+""",
+}
+SDK2_FORMS = {
+    # A 2.x build whose dispatch strips unknown params before any middleware sees them.
+    "ignores": """
+import mcp.server.runner as runner
+on_request = runner.ServerRunner._on_request
+async def stripped(self, dctx, method, params):
+    return await on_request(self, dctx, method, {k: v for k, v in (params or {}).items() if k != "idempotencyKey"})
+runner.ServerRunner._on_request = stripped
+""",
+    # A 2.x build whose params model forbids unknown fields: the keyed call is rejected.
+    "forbids": """
+import warnings, mcp_types
+# pydantic notes, for this model and each subclass, that a TypedDict inside keeps its own extras.
+warnings.filterwarnings("ignore", message="TypedDict class 'RequestParamsMeta' allows extra items")
+mcp_types.CallToolRequestParams.model_config["extra"] = "forbid"
+mcp_types.CallToolRequestParams.model_rebuild(force=True)
+""",
+}
 
 # What the server's session does with an incoming line: parse it, then validate the
 # request as a ClientRequest; prints the params' extra fields as the server would see them.
@@ -92,53 +134,109 @@ PROBE = """
 import json, mcp.types as t
 line = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"n","arguments":{},"idempotencyKey":"k"}}'
 message = t.JSONRPCMessage.model_validate_json(line).root.model_dump(by_alias=True, mode="json", exclude_none=True)
-print(json.dumps(t.ClientRequest.model_validate(message).root.params.model_extra))
+try:
+    print(json.dumps(t.ClientRequest.model_validate(message).root.params.model_extra))
+except Exception as error:
+    print(json.dumps(type(error).__name__))
 """
 
 
-def run_python(code: str) -> subprocess.CompletedProcess:
-    """This interpreter running `code`, from the project root, with nothing on stdin."""
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.DEVNULL,
+def run(python: str, *arguments: str, site: str | None = None, tmp_path=None) -> subprocess.CompletedProcess:
+    """`python ARGUMENTS` from the project root, nothing on stdin; with `site` as its sitecustomize.py."""
+    environment = dict(os.environ)
+    if site is not None:
+        (tmp_path / "sitecustomize.py").write_text(site)
+        environment["PYTHONPATH"] = str(tmp_path)
+    return subprocess.run([python, *arguments], cwd=ROOT, stdin=subprocess.DEVNULL, env=environment,
                           capture_output=True, text=True, timeout=REPLY_TIMEOUT)
 
 
-def launch(script: str, drop_the_key: bool) -> subprocess.CompletedProcess:
-    """Run one of the project's scripts as `python script` would, after the patch if asked."""
-    path = str(ROOT / script)
-    run = (f"import runpy, sys\nsys.path.insert(0, {str(ROOT)!r})\nsys.argv = [{path!r}]\n"
-           f"runpy.run_path({path!r}, run_name='__main__')\n")
-    return run_python((DROP_THE_KEY if drop_the_key else "") + run)
+def one_line(refused: subprocess.CompletedProcess) -> str:
+    """A refusal: exit status non-zero, nothing on stdout, exactly one line on stderr; that line."""
+    assert refused.returncode != 0
+    assert refused.stdout == ""  # nothing served, no demo played
+    # Exactly one line: no traceback, and not even mcp 1.9's pydantic-settings warning.
+    [line] = refused.stderr.splitlines()
+    return line
 
 
-@pytest.mark.parametrize(("drop_the_key", "seen_by_the_server"), [
-    pytest.param(False, {"idempotencyKey": "k"}, id="installed_sdk_keeps_the_key"),
-    pytest.param(True, None, id="patched_sdk_drops_the_key"),
+@pytest.mark.parametrize(("form", "seen_by_the_server"), [
+    pytest.param(None, {"idempotencyKey": "k"}, id="installed_sdk_keeps_the_key"),
+    pytest.param("ignores", None, id="sdk_that_ignores_drops_the_key"),
+    pytest.param("forbids", "ValidationError", id="sdk_that_forbids_rejects_the_key"),
 ])
-def test_the_simulation_really_drops_the_key(drop_the_key, seen_by_the_server):
-    # The refusal tests below mean something only if the patch removes the key from what
-    # the server would dispatch, and the unpatched SDK keeps it.
-    probe = run_python((DROP_THE_KEY if drop_the_key else "") + PROBE)
+def test_the_simulated_sdks_really_lose_the_key(tmp_path, form, seen_by_the_server):
+    # The refusal tests below mean something only if each form really loses the key
+    # from what the server would dispatch, and the unpatched SDK keeps it.
+    probe = run(sys.executable, "-c", PROBE, site=SDK1_FORMS.get(form, ""), tmp_path=tmp_path)
 
     assert probe.returncode == 0, probe.stderr
     assert json.loads(probe.stdout) == seen_by_the_server
 
 
-def test_launcher_without_the_patch_serves():
-    # The control: the same launcher, unpatched, starts the server (which exits at EOF).
-    server = launch("server.py", drop_the_key=False)
+def test_unpatched_server_serves():
+    # The control: the same command, unpatched, starts the server (which exits at EOF).
+    served = run(sys.executable, "server.py")
 
-    assert server.returncode == 0, server.stderr
-    assert "idempotency: serving:" in server.stderr
+    assert served.returncode == 0, served.stderr
+    assert "idempotency: serving:" in served.stderr
+
+
+@pytest.mark.parametrize("form", SDK1_FORMS)
+@pytest.mark.parametrize("script", ["server.py", "client_demo.py"])
+def test_refuses_to_run_when_the_sdk_loses_the_key(tmp_path, script, form):
+    line = one_line(run(sys.executable, script, site=SDK1_FORMS[form], tmp_path=tmp_path))
+
+    assert f"mcp {version('mcp')} does not keep idempotencyKey" in line  # the cause
+    assert "pip install -r requirements.txt" in line  # the fix
+
+
+@pytest.mark.parametrize("form", SDK2_FORMS)
+def test_sdk2_server_refuses_to_start_when_the_key_does_not_reach_its_middleware(tmp_path, form):
+    line = one_line(run(sdk2_python(), "sdk2/server.py", "--store", "memory", site=SDK2_FORMS[form],
+                        tmp_path=tmp_path))
+
+    assert "does not hand a tools/call's idempotencyKey to server middleware" in line  # the cause
+    assert "pip install -r sdk2/requirements.txt" in line  # the fix
+
+
+# ----------------------------------------------------------------------------
+# A newcomer's first minute: no SDK at all, or one that cannot be imported
+# ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory) -> str:
+    """A fresh virtual environment with nothing installed: what `python3` is on a new machine."""
+    folder = tmp_path_factory.mktemp("bare")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
+    return str(folder / "bin" / "python")
 
 
 @pytest.mark.parametrize("script", ["server.py", "client_demo.py"])
-def test_refuses_to_run_when_the_sdk_drops_the_key(script):
-    refused = launch(script, drop_the_key=True)
+def test_without_the_sdk_one_line_names_what_is_missing_and_the_fix(bare_python, script):
+    line = one_line(run(bare_python, script))
 
-    assert refused.returncode != 0
-    assert refused.stdout == ""  # nothing served, no demo played
-    # Exactly one line on stderr (the check runs before FastMCP is imported, so not even
-    # mcp 1.9.4's pydantic-settings IncompleteFieldDefinitionWarning appears).
-    [line] = refused.stderr.splitlines()
-    assert f"mcp {version('mcp')} drops idempotencyKey" in line  # the cause
-    assert "pip install -r requirements.txt" in line  # the fix
+    assert f"{script} needs the mcp 1.x SDK" in line and "No module named" in line  # what is missing
+    assert "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt" in line  # the README's set-up
+
+
+# An mcp that is installed but fails on import, as mcp 1.9.4 does beside pydantic 2.14.
+BROKEN_MCP = "raise ImportError(\"cannot import name 'eval_type_backport' from 'pydantic._internal._typing_extra'\")\n"
+
+
+@pytest.mark.parametrize("script", ["server.py", "client_demo.py"])
+def test_an_sdk_that_cannot_be_imported_gets_the_same_one_line(tmp_path, script):
+    (tmp_path / "mcp").mkdir()
+    (tmp_path / "mcp" / "__init__.py").write_text(BROKEN_MCP)
+
+    line = one_line(run(sys.executable, script, site="", tmp_path=tmp_path))
+
+    assert "cannot import name 'eval_type_backport'" in line
+    assert "pip install -r requirements.txt" in line
+
+
+def test_sdk2_server_without_mcp2_says_how_to_install_it():
+    line = one_line(run(sys.executable, "sdk2/server.py"))  # this interpreter has mcp 1.x
+
+    assert line == "this server needs the mcp 2.x SDK; install it: pip install -r sdk2/requirements.txt"
