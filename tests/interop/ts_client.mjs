@@ -1,22 +1,42 @@
-// A SEP-3182 client written against the TypeScript MCP SDK, not the Python one:
+// A SEP-3182 client written against the TypeScript MCP SDK (1.x), not the Python one:
 // the server's behaviour belongs to the protocol, so any client that puts
-// idempotencyKey beside arguments must see the same thing.
+// idempotencyKey beside arguments must see the same thing, over either transport.
 //
-//   node tests/interop/ts_client.mjs PYTHON SERVER_PY     (exit 0: every check held)
+//   node tests/interop/ts_client.mjs stdio PYTHON SERVER_PY    (a server it starts, e.g. server.py on mcp 1.x)
+//   node tests/interop/ts_client.mjs http URL                  (Streamable HTTP, e.g. sdk2/server.py on mcp 2.x)
+//
+// Either way it speaks the 2025-11-25 revision with the initialize handshake.
+// Exit 0: every check held. tests/interop/run.sh runs both.
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { CallToolResultSchema, LATEST_PROTOCOL_VERSION } from "@modelcontextprotocol/sdk/types.js";
 
-const [python, serverPath] = process.argv.slice(2);
-const transport = new StdioClientTransport({ command: python, args: [serverPath], stderr: "ignore" });
+const USAGE = "usage: ts_client.mjs stdio PYTHON SERVER_PY | ts_client.mjs http URL";
+const [kind, ...where] = process.argv.slice(2);
+const transport = transportFor(kind, where);
 const initializeResult = keepInitializeResult(transport);
 const client = new Client({ name: "sep-3182-ts-client", version: "1.0.0" });
 await client.connect(transport);
 
-/** Keep the initialize result as it came off the wire: the SDK's typed view drops tools.idempotency. */
+/** The transport the command line names; the checks below do not know which one they run on. */
+function transportFor(kind, where) {
+  if (kind === "stdio" && where.length === 2) {
+    return new StdioClientTransport({ command: where[0], args: [where[1]], stderr: "ignore" });
+  }
+  if (kind === "http" && where.length === 1) return new StreamableHTTPClientTransport(new URL(where[0]));
+  console.error(USAGE);
+  process.exit(2);
+}
+
+/**
+ * Keep the initialize result as it came off the wire: the SDK's typed view drops tools.idempotency.
+ * Both transports hand every parsed JSON-RPC message, unknown fields kept, to the onmessage the
+ * Client installs on connect, so wrapping that one setter works for stdio and HTTP alike.
+ */
 function keepInitializeResult(transport) {
   const kept = {};
   let deliver;
@@ -38,13 +58,13 @@ function call(name, args, key) {
   return client.request({ method: "tools/call", params }, CallToolResultSchema);
 }
 
-/** The error.data.type a call is rejected with, or null if it was not rejected. */
+/** The JSON-RPC error a call is rejected with, as {code, data}, or null if it was not rejected. */
 async function rejection(name, args, key) {
   try {
     await call(name, args, key);
     return null;
   } catch (error) {
-    return error.data?.type ?? `no data.type in ${error}`;
+    return { code: error.code, data: error.data };
   }
 }
 
@@ -54,6 +74,9 @@ async function ledger() {
 }
 
 const checks = [
+  ["the handshake is initialize, at this SDK's latest revision", async () => {
+    assert.equal(initializeResult.protocolVersion, LATEST_PROTOCOL_VERSION);
+  }],
   ["the initialize result on the wire has capabilities.tools.idempotency = {}", async () => {
     assert.deepEqual(initializeResult.capabilities.tools.idempotency, {});
   }],
@@ -70,30 +93,44 @@ const checks = [
   ["the same key with different arguments is idempotency_key_conflict", async () => {
     const key = randomUUID();
     await call("charge_guarded", { amount: 5 }, key);
-    assert.equal(await rejection("charge_guarded", { amount: 6 }, key), "idempotency_key_conflict");
-    assert.deepEqual(await ledger(), { balance: 105, charges: 2 });
+    assert.deepEqual(await rejection("charge_guarded", { amount: 6 }, key),
+      { code: -32602, data: { type: "idempotency_key_conflict", idempotencyKey: key } });
+    assert.deepEqual(await ledger(), { balance: 5, charges: 1 });
   }],
   ["a key that is not a string is invalid_idempotency_key and runs nothing", async () => {
-    assert.equal(await rejection("charge_guarded", { amount: 7 }, 42), "invalid_idempotency_key");
-    assert.deepEqual(await ledger(), { balance: 105, charges: 2 });
+    assert.deepEqual(await rejection("charge_guarded", { amount: 7 }, 42),
+      { code: -32602, data: { type: "invalid_idempotency_key" } });
+    assert.deepEqual(await ledger(), { balance: 0, charges: 0 });
+  }],
+  ["an empty key is invalid_idempotency_key and runs nothing", async () => {
+    assert.deepEqual(await rejection("charge_guarded", { amount: 7 }, ""),
+      { code: -32602, data: { type: "invalid_idempotency_key" } });
+    assert.deepEqual(await ledger(), { balance: 0, charges: 0 });
   }],
   ["without a key, every call runs", async () => {
     await call("charge_guarded", { amount: 1 });
     await call("charge_guarded", { amount: 1 });
-    assert.deepEqual(await ledger(), { balance: 107, charges: 4 });
+    assert.deepEqual(await ledger(), { balance: 2, charges: 2 });
   }],
 ];
+
+/** One line on why a check failed. */
+function reason(error) {
+  if (error.code !== "ERR_ASSERTION" || !error.generatedMessage) return error.message;
+  return `got ${JSON.stringify(error.actual)}, expected ${JSON.stringify(error.expected)}`;
+}
 
 let passed = 0;
 for (const [claim, check] of checks) {
   try {
+    await call("reset_ledger", {}); // each check starts from an empty ledger, with keys of its own
     await check();
     passed += 1;
     console.log(`PASS  ${claim}`);
   } catch (error) {
-    console.log(`FAIL  ${claim}: ${error.message}`);
+    console.log(`FAIL  ${claim}: ${reason(error)}`);
   }
 }
 await client.close();
-console.log(`typescript-sdk: ${passed} passed, ${checks.length - passed} failed`);
+console.log(`typescript-sdk 1.x over ${kind}: ${passed} passed, ${checks.length - passed} failed`);
 process.exit(passed === checks.length ? 0 : 1);
