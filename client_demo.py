@@ -209,6 +209,10 @@ def rejection_type(error: McpError) -> str | None:
     return (error.error.data or {}).get("type") if isinstance(error.error.data, dict) else None
 
 
+class GaveUp(Exception):
+    """A bounded retry loop ran out of attempts."""
+
+
 async def call_until_answered(session: ClientSession, name: str, arguments: dict, key: str) -> types.CallToolResult:
     """Retry a keyed call as a client should: on a timeout, on in-progress and on store-full, backing off;
     on a conflict or an invalid key, never: those are final (P5)."""
@@ -225,7 +229,7 @@ async def call_until_answered(session: ClientSession, name: str, arguments: dict
             say("client", f"attempt {attempt}: ← {rejection_type(error)}; backing off {back_off:.1f}s")
             await anyio.sleep(back_off)
             back_off *= 2
-    raise TimeoutError(f"no answer after {ATTEMPTS} attempts")
+    raise GaveUp(f"no answer after {ATTEMPTS} attempts")
 
 
 def text(result: types.CallToolResult) -> str:
@@ -358,8 +362,10 @@ async def slow_tool_retried_until_replayed(show_every_frame: bool) -> bool:
     key = new_key()
     async with connect(show_every_frame, "--charge-delay", SLOW_TOOL_DELAY) as demo:
         say("client", f"calls charge_guarded(amount=100) with idempotencyKey {short(key)}, retrying until answered")
-        result = await call_until_answered(demo.session, "charge_guarded", {"amount": 100}, key)
-        say("client", f"← {text(result)}")
+        try:
+            say("client", f"← {text(await call_until_answered(demo.session, 'charge_guarded', {'amount': 100}, key))}")
+        except GaveUp as gave_up:
+            say("client", str(gave_up))
         truth = await ledger(demo)
     return verdict(truth == {"balance": 100, "charges": 1},
                    "timed out, told in progress, backed off, got the replay: one charge")

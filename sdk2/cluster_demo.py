@@ -1,0 +1,282 @@
+"""Several instances of sdk2/server.py behind a load balancer: a retry that lands on another
+instance, or after a crash or a restart, still charges once, when the instances share a store.
+
+    python sdk2/cluster_demo.py                        the seven scenarios, on one SQLite file
+    python sdk2/cluster_demo.py --store postgresql://USER@HOST:PORT/DB   the same on PostgreSQL
+
+This script is the load balancer: it starts real server processes over HTTP on
+loopback ports, and sends each retry to a different instance than the attempt
+before. Each instance is spoken to by the SDK's own Client (2026-07-28), through
+the same link as client_demo.py, which can lose a response after it was sent.
+Every verdict is read from the ledger, which lives in the store beside the records.
+"""
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from client_demo import (TIMED_OUT, Link, call_tool, linked, listening, new_key, rejection_type, say, short,  # isort: skip
+                         start_http_server, text, verdict)
+
+from mcp import Client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+
+from sep3182 import CONFLICT, IN_PROGRESS  # noqa: E402
+
+SLOW_CHARGE = "1"  # seconds a charge takes in scenario 4: long enough to retry meanwhile
+SHORT_LEASE = "2"  # seconds in scenario 6: how long a dead instance's claim holds the key
+CRASH_CHARGE = "30"  # seconds a charge takes on the instance killed mid-charge in scenario 6: it never finishes
+BACK_OFF = 0.5  # seconds between retries of an in-progress key in scenario 6
+ATTEMPTS = 10  # a bounded retry loop
+
+
+@dataclass
+class Instance:
+    """One server process, and the SDK's Client connected to it through a link."""
+
+    name: str
+    store: str
+    process: subprocess.Popen
+    client: Client
+    link: Link
+    connection: anyio.CancelScope  # the task that holds the Client open
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no cleanup, no answer; what a crash or an OOM kill does."""
+        self.connection.cancel()
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        """SIGTERM, as an operator who restarts the instance does."""
+        self.connection.cancel()
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait()
+
+
+class Cluster:
+    """Instances started on one store, for the load balancer to send calls to."""
+
+    def __init__(self, folder: Path, store: str, connections: anyio.abc.TaskGroup):
+        self.folder, self.store, self.connections = folder, store, connections
+        self.instances: list[Instance] = []
+
+    async def start(self, name: str, *server_args: str, store: str | None = None) -> Instance:
+        """Start one instance with its decision log on, and connect a Client to it."""
+        log = self.folder / f"{name}-{len(self.instances)}.log"
+        log.touch()
+        process, url = start_http_server(["--verbose", "--store", store or self.store, *server_args], log)
+        await listening(process, url, log)
+        link = Link(show_every_frame=False, server_log=log, who=name, show_calls=False)  # client_demo shows frames
+        client = Client(linked(streamable_http_client(url), link), mode="auto")
+        connection = await self.connections.start(hold_open, client)
+        self.instances.append(Instance(name, store or self.store, process, client, link, connection))
+        return self.instances[-1]
+
+    def latest(self, name: str) -> Instance:
+        """The instance started last under `name`."""
+        return [instance for instance in self.instances if instance.name == name][-1]
+
+    def stop(self) -> None:
+        """Stop every instance still running."""
+        for instance in self.instances:
+            instance.stop()
+
+
+async def hold_open(client: Client, *, task_status) -> None:
+    """Keep `client` connected, in a task of its own: when its server is killed, the
+    Client's failure ends this task, never the load balancer's."""
+    with anyio.CancelScope() as connection, suppress(Exception):
+        async with client:
+            task_status.started(connection)
+            await anyio.sleep_forever()
+
+
+async def paid(*instances: Instance) -> dict:
+    """Ground truth: what the customer paid in all, read with get_balance from each ledger behind
+    `instances` once (instances on one store share one ledger; a memory store is its instance's own)."""
+    ledgers = {(instance.store, instance.name if instance.store == "memory" else ""): instance
+               for instance in instances}
+    total = {"balance": 0, "charges": 0}
+    for (store, own), instance in ledgers.items():
+        truth = json.loads(text(await call_tool(instance, "get_balance", {})))
+        whose = f"{own}'s own ledger" if own else "the shared ledger"
+        say("ledger", f"{truth['charges']} charge(s), balance {truth['balance']}: {whose}, read through {instance.name}")
+        total = {name: total[name] + truth[name] for name in total}
+    return total
+
+
+async def charge(instance: Instance, amount: int, key: str, lose_response: bool = False, timeout=0.5):
+    """charge_guarded(amount) with `key` through `instance`; the result, or the MCPError it was refused with."""
+    say("lb", f"sends charge_guarded(amount={amount}), key {short(key)}, to {instance.name}")
+    if lose_response:
+        instance.link.lose_next_response()
+    try:
+        result = await call_tool(instance, "charge_guarded", {"amount": amount}, key, timeout=timeout)
+    except MCPError as error:
+        if error.code == TIMED_OUT:
+            say("lb", f"no answer from {instance.name} within {timeout}s")
+        else:
+            say("lb", f"← {instance.name}: error {error.code} (data.type {rejection_type(error)})")
+        return error
+    say("lb", f"← {instance.name}: {text(result)}")
+    return result
+
+
+# ----------------------------------------------------------------------------
+# The scenarios
+# ----------------------------------------------------------------------------
+
+
+async def per_instance_memory_charges_twice(cluster: Cluster) -> bool:
+    """1: each instance remembers its own keys only, so a retry on another charges again (SEP L2)."""
+    print("1. Each instance has a store of its own (memory): the retry lands on B and charges again")
+    a = await cluster.start("A", store="memory")
+    b = await cluster.start("B", store="memory")
+    key = new_key()
+    await charge(a, 100, key, lose_response=True)
+    await charge(b, 100, key)
+    # With a store per instance, the ledger is per instance too: the customer pays the sum.
+    return verdict((await paid(a, b))["charges"] == 2,
+                   "the failure SEP L2 warns of, for real: one intended charge applied twice, once per instance")
+
+
+async def retry_on_another_instance_replays(cluster: Cluster, key: str) -> bool:
+    """2: on a shared store, the retry on B finds A's record and replays it."""
+    print("2. A shared store: the response from A is lost, the retry lands on B, which replays")
+    a, b = await cluster.start("A"), await cluster.start("B")
+    original = await charge(a, 100, key, lose_response=True)
+    retried = await charge(b, 100, key)
+    return verdict(isinstance(original, MCPError) and not isinstance(retried, MCPError)
+                   and a.link.lost_result == b.link.delivered_result
+                   and await paid(a, b) == {"balance": 100, "charges": 1},
+                   "one charge; B answered with A's recorded outcome, identical")
+
+
+async def conflict_on_another_instance(cluster: Cluster, key: str) -> bool:
+    """3: the same key with other arguments, on another instance: a conflict."""
+    print("3. The same key with other arguments, sent to B: rejected")
+    a, b = cluster.latest("A"), cluster.latest("B")
+    refused = await charge(b, 250, key)
+    return verdict(isinstance(refused, MCPError) and rejection_type(refused) == CONFLICT
+                   and await paid(a, b) == {"balance": 100, "charges": 1}, "conflict, nothing charged")
+
+
+async def in_progress_on_another_instance(cluster: Cluster) -> bool:
+    """4: A still charging, the retry on B: in progress at once, and the replay once A is done."""
+    print(f"4. A still running (each charge takes {SLOW_CHARGE}s), the retry lands on B: in progress at once")
+    a = await cluster.start("A", "--charge-delay", SLOW_CHARGE)
+    b = await cluster.start("B", "--charge-delay", SLOW_CHARGE)
+    await call_tool(a, "reset_ledger", {})
+    key = new_key()
+    await charge(a, 100, key, timeout=0.3)  # A keeps charging after the client stops waiting
+    refused = await charge(b, 100, key)
+    await anyio.sleep(float(SLOW_CHARGE))
+    replayed = await charge(b, 100, key)
+    return verdict(isinstance(refused, MCPError) and rejection_type(refused) == IN_PROGRESS
+                   and not isinstance(replayed, MCPError) and await paid(a, b) == {"balance": 100, "charges": 1},
+                   "B refused at once while A ran, then replayed A's outcome: one charge")
+
+
+async def killed_after_commit_replays(cluster: Cluster) -> bool:
+    """5: A killed right after its charge and record committed: its answer never came, B replays."""
+    print("5. A killed (SIGKILL) right after its charge committed, its answer lost: the retry on B replays")
+    a = await cluster.start("A")
+    b = await cluster.start("B")
+    await call_tool(a, "reset_ledger", {})
+    key = new_key()
+    a.link.lose_next_response()
+    await charge(a, 100, key)
+    a.kill()
+    say("lb", "A is killed: SIGKILL, so nothing of it survives but what it committed to the store")
+    replayed = await charge(b, 100, key)
+    return verdict(not isinstance(replayed, MCPError) and await paid(b) == {"balance": 100, "charges": 1},
+                   "the record and the charge committed together, so B replays: one charge")
+
+
+async def killed_mid_charge_runs_once_after_the_lease(cluster: Cluster) -> bool:
+    """6: A killed while charging: B says in progress until A's lease passes, then runs it once."""
+    print(f"6. A killed (SIGKILL) in the middle of its charge: in progress until its lease ({SHORT_LEASE}s) "
+          "passes, then the retry runs once")
+    a = await cluster.start("A", "--lease", SHORT_LEASE, "--charge-delay", CRASH_CHARGE)
+    b = await cluster.start("B", "--lease", SHORT_LEASE)
+    await call_tool(a, "reset_ledger", {})
+    key = new_key()
+    await charge(a, 100, key, timeout=0.3)
+    a.kill()
+    say("lb", "A is killed mid-charge: its claim stays behind in the store, its charge never committed")
+    answers = []
+    for _ in range(ATTEMPTS):
+        answer = await charge(b, 100, key)
+        answers.append(answer)
+        if not (isinstance(answer, MCPError) and rejection_type(answer) == IN_PROGRESS):
+            break
+        await anyio.sleep(BACK_OFF)
+    return verdict(isinstance(answers[0], MCPError) and not isinstance(answers[-1], MCPError)
+                   and await paid(b) == {"balance": 100, "charges": 1},
+                   "in progress while the lease held, then B took the key over and charged: one charge in all")
+
+
+async def restart_keeps_the_keys(cluster: Cluster, key: str) -> bool:
+    """7: every instance stopped and started again: the key from scenario 2 still replays."""
+    print("7. Every instance stopped (SIGTERM) and started again: the key from scenario 2 still replays")
+    before = await paid(cluster.latest("B"))
+    cluster.stop()
+    say("lb", "every instance is stopped; two new ones start on the same store")
+    await cluster.start("A")
+    b = await cluster.start("B")
+    replayed = await charge(b, 100, key)
+    after = await paid(b)
+    return verdict(not isinstance(replayed, MCPError) and "Charged 100. New balance: 100" == text(replayed)
+                   and after == before, "the records outlive the processes: replayed, nothing charged again")
+
+
+# ----------------------------------------------------------------------------
+# Main
+# ----------------------------------------------------------------------------
+
+
+async def play(store: str | None) -> bool:
+    """Run the scenarios; True if the failure is real and every shared-store scenario behaved as SEP-3182 requires."""
+    with tempfile.TemporaryDirectory() as folder:
+        store = store or f"sqlite:{folder}/shared.db"
+        print(f"SEP-3182 with several instances; the shared store is {store}\n")
+        async with anyio.create_task_group() as connections:
+            cluster = Cluster(Path(folder), store, connections)
+            failure_shown = await per_instance_memory_charges_twice(cluster)
+            key = new_key()
+            required = [await retry_on_another_instance_replays(cluster, key),
+                        await conflict_on_another_instance(cluster, key),
+                        await in_progress_on_another_instance(cluster),
+                        await killed_after_commit_replays(cluster),
+                        await killed_mid_charge_runs_once_after_the_lease(cluster),
+                        await restart_keeps_the_keys(cluster, key)]
+            cluster.stop()
+    print(f"The failure with a store per instance is {'real' if failure_shown else 'NOT shown'}, and "
+          f"{sum(required)} of {len(required)} scenarios on a shared store behaved as SEP-3182 requires.")
+    return failure_shown and all(required)
+
+
+def main() -> None:
+    """Parse the options, play, and exit 0 only if every scenario passed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", metavar="URL",
+                        help="the shared store: postgresql://... (an empty database of yours), or sqlite:PATH "
+                             "(default: a SQLite file in a temporary folder)")
+    args = parser.parse_args()
+    sys.exit(0 if anyio.run(play, args.store) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The mcp 2.x demos end to end: sdk2/client_demo.py over stdio and HTTP, sdk2/cluster_demo.py on
+SQLite and PostgreSQL; their scenarios pass, and their verdicts fail against servers that break the SEP."""
+
+import json
+import subprocess
+
+import pytest
+
+from wire import ROOT, sdk2_python
+
+CLIENT_DEMO = ROOT / "sdk2" / "client_demo.py"
+CLUSTER_DEMO = ROOT / "sdk2" / "cluster_demo.py"
+
+# Stand-ins for sdk2/server.py that break one SEP rule each, to show the demo's PASS is earned.
+NO_DEDUPLICATION = """
+import server
+async def passed_through(ctx, call_next):  # the capability is still advertised, the key ignored
+    return await call_next(ctx)
+server.idempotent_tools_call = passed_through
+server.main()
+"""
+NO_CAPABILITY = """
+import server
+server.advertised = lambda result: result  # tools.idempotency left out of server/discover
+server.main()
+"""
+
+
+def play(demo, *options: str, server: str | None = None) -> subprocess.CompletedProcess:
+    """Run a 2.x demo with the 2.x interpreter, against sdk2/server.py or a stand-in written from `server`."""
+    command = [sdk2_python(), str(demo), *options]
+    if server is not None:
+        command = [sdk2_python(), "-c", f"import sys; sys.path.insert(0, {str(demo.parent)!r}); sys.argv[0] = "
+                   f"{str(demo)!r}; import client_demo, pathlib; client_demo.SERVER = pathlib.Path({server!r}); "
+                   f"import {demo.stem}; {demo.stem}.main()", *options]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+
+
+def stand_in(tmp_path, source: str) -> str:
+    """A stand-in server script that imports sdk2/server.py and changes one thing."""
+    path = tmp_path / "stand_in.py"
+    path.write_text(f"import sys; sys.path.insert(0, {str(ROOT / 'sdk2')!r})\n" + source)
+    return str(path)
+
+
+def verdicts(output: str) -> list[str]:
+    """The PASS/FAIL word of each scenario, in order."""
+    return [line.split()[0] for line in output.splitlines() if line.strip().startswith(("PASS", "FAIL"))]
+
+
+@pytest.fixture(scope="module")
+def client_demo_run() -> subprocess.CompletedProcess:
+    """One default run of sdk2/client_demo.py, shared by the tests that read it."""
+    return play(CLIENT_DEMO)
+
+
+def test_client_demo_plays_four_scenarios_over_stdio_and_http_and_each_passes(client_demo_run):
+    assert client_demo_run.returncode == 0, client_demo_run.stdout + client_demo_run.stderr
+    assert verdicts(client_demo_run.stdout) == ["PASS"] * 8
+    assert "=== over stdio" in client_demo_run.stdout and "=== over http" in client_demo_run.stdout
+    assert "6 of 6 scenarios with SEP-3182 behaved as it requires, over stdio and http." in client_demo_run.stdout
+
+
+def test_client_demo_finds_the_capability_through_server_discover(client_demo_run):
+    """P14, SEP C3: the SDK's auto mode negotiates 2026-07-28 by server/discover, and the client reads it."""
+    assert client_demo_run.stdout.count("server/discover → 2026-07-28, capabilities.tools.idempotency = {}") == 2
+
+
+def test_client_demo_sends_the_key_beside_arguments(client_demo_run):
+    frames = [json.loads(line.split("wire →", 1)[1]) for line in client_demo_run.stdout.splitlines()
+              if "wire →" in line]
+    keyed = [frame["params"] for frame in frames if "idempotencyKey" in frame["params"]]
+    assert keyed, "the demo printed no keyed frame"
+    for params in keyed:
+        assert set(params) == {"name", "arguments", "idempotencyKey", "_meta"}  # a sibling (W1)
+        assert "idempotencyKey" not in params["arguments"] and "idempotencyKey" not in params["_meta"]
+
+
+def test_client_demo_times_out_and_retries_in_the_sdk_own_way_on_each_transport(client_demo_run):
+    """A real timeout: the 2.x client cancels over stdio and closes the request over HTTP."""
+    stdio, http = client_demo_run.stdout.split("=== over http")
+    assert "sends notifications/cancelled" in stdio and "closes the HTTP request" in http
+    for transport in (stdio, http):
+        slow_tool = transport.split("4. A tool slower")[1]
+        assert "in progress" in slow_tool and "backing off" in slow_tool and "replayed:" in slow_tool
+
+
+def test_client_demo_fails_against_a_server_that_does_not_deduplicate(tmp_path):
+    run = play(CLIENT_DEMO, "--transport", "stdio", server=stand_in(tmp_path, NO_DEDUPLICATION))
+    assert run.returncode == 1
+    # Scenario 1 needs no deduplication; the other three do, and their checks catch its absence.
+    assert verdicts(run.stdout) == ["PASS", "FAIL", "FAIL", "FAIL"]
+
+
+def test_client_demo_refuses_to_rely_on_keys_without_the_capability(tmp_path):
+    run = play(CLIENT_DEMO, "--transport", "stdio", server=stand_in(tmp_path, NO_CAPABILITY))
+    assert run.returncode == 1
+    assert "capabilities.tools.idempotency = null" in run.stdout
+    assert "refusing to rely on keys" in run.stdout
+    assert verdicts(run.stdout) == []
+
+
+CLUSTER_HEADINGS = ["1. Each instance has a store of its own", "2. A shared store", "3. The same key with other",
+                    "4. A still running", "5. A killed (SIGKILL) right after", "6. A killed (SIGKILL) in the middle",
+                    "7. Every instance stopped"]
+
+
+def test_cluster_demo_plays_the_seven_scenarios_on_sqlite_and_each_passes():
+    run = play(CLUSTER_DEMO)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert verdicts(run.stdout) == ["PASS"] * 7
+    assert all(heading in run.stdout for heading in CLUSTER_HEADINGS)
+
+
+def test_cluster_demo_plays_the_seven_scenarios_on_postgresql_and_each_passes(postgres_url):
+    run = play(CLUSTER_DEMO, "--store", postgres_url)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert verdicts(run.stdout) == ["PASS"] * 7
+
+
+def test_cluster_demo_fails_when_every_instance_keeps_its_own_store():
+    """Run with a store per instance everywhere: what L2 forbids, and the demo's verdicts say so."""
+    run = play(CLUSTER_DEMO, "--store", "memory")
+    assert run.returncode == 1
+    assert verdicts(run.stdout)[0] == "PASS" and verdicts(run.stdout).count("FAIL") >= 4
