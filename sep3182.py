@@ -7,9 +7,10 @@ here, once, so the two servers cannot drift apart. tests/ checks both on the wir
 """
 
 import hashlib
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic_core import to_json  # pydantic ships with every mcp release
+from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema  # pydantic ships with every mcp
+from pydantic_core import to_json
 
 # ----------------------------------------------------------------------------
 # P2: valid keys
@@ -59,6 +60,25 @@ def fingerprint(tool: str, arguments: dict | None) -> bytes:
     # "constants" keeps an infinity apart from null.
     text = to_json([tool, as_json_value(arguments or {})], inf_nan_mode="constants")
     return hashlib.sha256(text).digest()
+
+
+# P3, applied to the demo's tools: both servers' charge tools take 100 and 100.0
+# as the same amount, since they are the same request; a string or a boolean is
+# not an amount (strict), whatever it spells.
+
+
+def whole_positive(amount: int | float) -> int:
+    """A charge is a positive whole number of units."""
+    if amount <= 0 or (isinstance(amount, float) and not amount.is_integer()):
+        raise ValueError(f"amount must be a positive whole number, not {amount!r}")
+    return int(amount)
+
+
+Amount = Annotated[
+    StrictInt | StrictFloat,
+    AfterValidator(whole_positive),
+    WithJsonSchema({"type": "integer", "exclusiveMinimum": 0}),
+]
 
 
 # ----------------------------------------------------------------------------

@@ -25,15 +25,13 @@ import warnings
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated
 
 SETUP = "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt"
 try:
     import anyio
     import anyio.lowlevel
     import mcp.types as types
-    from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema
-
+    
     import sep3182
     from sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL
 except ImportError as missing:  # no SDK, or one that cannot be imported (mcp 1.9 beside pydantic 2.14)
@@ -92,22 +90,6 @@ ledger = {"balance": 0, "charges": 0}
 charge_delay_seconds = 0.0  # --charge-delay: a slow payment processor, to catch a call in flight
 
 
-def whole_positive(amount: int | float) -> int:
-    """A charge is a positive whole number of units."""
-    if amount <= 0 or (isinstance(amount, float) and not amount.is_integer()):
-        raise ValueError(f"amount must be a positive whole number, not {amount!r}")
-    return int(amount)
-
-
-# P3 makes 100 and 100.0 the same request, so the tool takes them as the same
-# amount; a string or a boolean is not an amount (strict), whatever it spells.
-Amount = Annotated[
-    StrictInt | StrictFloat,
-    AfterValidator(whole_positive),
-    WithJsonSchema({"type": "integer", "exclusiveMinimum": 0}),
-]
-
-
 async def charge(amount: int) -> str:
     """Apply one charge to the ledger: the side effect that must not happen twice."""
     await anyio.sleep(charge_delay_seconds)
@@ -120,13 +102,13 @@ async def charge(amount: int) -> str:
 # sends with a key. The SEP has no per-tool opt-in (C6, A1): a key sent to either
 # is honoured (P13).
 @mcp.tool()
-async def charge_unguarded(amount: Amount) -> str:
+async def charge_unguarded(amount: sep3182.Amount) -> str:
     """Charge `amount`. The demo calls this one without an idempotencyKey."""
     return await charge(amount)
 
 
 @mcp.tool()
-async def charge_guarded(amount: Amount) -> str:
+async def charge_guarded(amount: sep3182.Amount) -> str:
     """Charge `amount`. The demo calls this one with an idempotencyKey."""
     return await charge(amount)
 

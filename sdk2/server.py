@@ -25,7 +25,7 @@ import sys
 from contextlib import asynccontextmanager
 from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -43,7 +43,7 @@ try:
     from mcp.shared.exceptions import MCPError
     from mcp_types.methods import serialize_server_result, validate_client_request
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-    from pydantic import AfterValidator, StrictFloat, StrictInt, ValidationError, WithJsonSchema
+    from pydantic import ValidationError
 except ImportError:
     sys.exit(NEEDS_SDK2)
 
@@ -132,22 +132,6 @@ SERVER_INFO = {"name": "sep-3182-demo", "version": "2.0"}
 mcp = MCPServer(**SERVER_INFO, log_level="WARNING", lifespan=shared_store)  # WARNING: stderr is for our decisions
 
 
-def whole_positive(amount: int | float) -> int:
-    """A charge is a positive whole number of units."""
-    if amount <= 0 or (isinstance(amount, float) and not amount.is_integer()):
-        raise ValueError(f"amount must be a positive whole number, not {amount!r}")
-    return int(amount)
-
-
-# P3 makes 100 and 100.0 the same request, so the tool takes them as the same
-# amount; a string or a boolean is not an amount (strict), whatever it spells.
-Amount = Annotated[
-    StrictInt | StrictFloat,
-    AfterValidator(whole_positive),
-    WithJsonSchema({"type": "integer", "exclusiveMinimum": 0}),
-]
-
-
 async def charge(ctx: Context, amount: int) -> str:
     """Apply one charge to the ledger: the side effect that must not happen twice."""
     await anyio.sleep(settings.charge_delay)  # a slow payment processor, to catch a call in flight
@@ -157,13 +141,13 @@ async def charge(ctx: Context, amount: int) -> str:
 
 
 @mcp.tool()
-async def charge_unguarded(amount: Amount, ctx: Context) -> str:
+async def charge_unguarded(amount: sep3182.Amount, ctx: Context) -> str:
     """Charge `amount`. The demo calls this one without an idempotencyKey; a key would be honoured."""
     return await charge(ctx, amount)
 
 
 @mcp.tool()
-async def charge_guarded(amount: Amount, ctx: Context) -> str:
+async def charge_guarded(amount: sep3182.Amount, ctx: Context) -> str:
     """Charge `amount`. The demo calls this one with an idempotencyKey."""
     return await charge(ctx, amount)
 

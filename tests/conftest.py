@@ -26,12 +26,30 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "targets(*names): run this test on these targets only (default: all)")
 
 
+def pytest_collection_modifyitems(config, items):
+    """--target leaves out every test of another target: by its `target`, or by its `targets` mark."""
+    chosen = config.getoption("target")
+    if not chosen:
+        return
+    kept, left_out = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        marked = item.get_closest_marker("targets")
+        if callspec is not None and "target" in callspec.params:
+            other = callspec.params["target"] not in chosen
+        else:
+            other = marked is not None and not set(marked.args) & set(chosen)
+        (left_out if other else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+
+
 def pytest_generate_tests(metafunc):
     """Every test that asks for `target` runs once per target, or per target its `targets` mark names."""
     if "target" in metafunc.fixturenames:
         marked = metafunc.definition.get_closest_marker("targets")
-        targets = [name for name in metafunc.config.getoption("target") or TARGETS
-                   if marked is None or name in marked.args]
+        targets = TARGETS if marked is None else [name for name in TARGETS if name in marked.args]
         metafunc.parametrize("target", targets, scope="module" if "shared_wire" in metafunc.fixturenames else None)
 
 

@@ -4,7 +4,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from wire import ROOT
+
+pytestmark = pytest.mark.targets("1x-stdio")
 
 DEMO = ROOT / "client_demo.py"
 

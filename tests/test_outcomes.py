@@ -103,6 +103,7 @@ REJECTED = [
 ]
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 @pytest.mark.parametrize("rejected", REJECTED)
 async def test_rejection_leaves_the_store_as_it_found_it(dedup, rejected):
@@ -118,6 +119,7 @@ async def test_rejection_leaves_the_store_as_it_found_it(dedup, rejected):
     assert dedup.ledger == {"balance": 100, "charges": 1}
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_jsonrpc_error_outcome_is_recorded_and_replayed(dedup, monkeypatch):
     # FastMCP turns every tool failure into an isError result, so a JSON-RPC error from the
@@ -192,6 +194,7 @@ def test_different_arguments_while_the_original_runs_is_a_conflict_not_in_progre
     assert wire.ledger() == {"balance": 100, "charges": 1}
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_call_without_a_key_goes_straight_to_fastmcp(dedup, monkeypatch):
     # Backward compatibility: no key, no idempotency layer; every call is FastMCP's own.
@@ -216,6 +219,7 @@ async def test_call_without_a_key_goes_straight_to_fastmcp(dedup, monkeypatch):
 # ----------------------------------------------------------------------------
 
 
+@pytest.mark.targets("1x-stdio")
 def test_each_client_process_keeps_its_own_store(spawn):
     alice, bob = spawn(), spawn()
 

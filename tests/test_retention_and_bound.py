@@ -1,7 +1,8 @@
 """P8 (records live for a bounded window) and P9 (the store holds a bounded number of them).
 
-Most tests run the server in this process and move its fake clock instead of
-sleeping; the end-to-end ones check that the command-line options reach it.
+The end-to-end tests run on every target with a short window or a small bound.
+The others run server.py in this process and move its fake clock instead of
+sleeping; tests/test_store.py does the same for the 2.x server's stores.
 """
 
 import time
@@ -48,6 +49,7 @@ async def claimed(server, key: str) -> None:
 # P8: the retention window, on the fake clock
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_key_within_the_window_replays(dedup):
     async with in_process_session(dedup) as session:
@@ -57,6 +59,7 @@ async def test_key_within_the_window_replays(dedup):
     assert dedup.ledger == {"balance": 100, "charges": 1}
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_key_past_the_window_executes_anew(dedup):
     async with in_process_session(dedup) as session:
@@ -66,6 +69,7 @@ async def test_key_past_the_window_executes_anew(dedup):
     assert dedup.ledger == {"balance": 200, "charges": 2}
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_expired_record_is_dropped_on_the_next_keyed_call(dedup):
     async with in_process_session(dedup) as session:
@@ -75,6 +79,7 @@ async def test_expired_record_is_dropped_on_the_next_keyed_call(dedup):
     assert stored_keys(dedup) == ["order-2"]
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_store_keeps_only_the_records_inside_the_window(dedup):
     """Memory follows the window, not the uptime: the old half goes, the young half stays."""
@@ -91,6 +96,7 @@ async def test_store_keeps_only_the_records_inside_the_window(dedup):
     assert stored_keys(dedup) == [*young, "latest"]
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_running_record_never_expires(dedup, monkeypatch):
     """A call still charging when its window would have passed keeps its key: the duplicate is in progress."""
@@ -103,6 +109,7 @@ async def test_running_record_never_expires(dedup, monkeypatch):
     assert dedup.ledger == {"balance": 100, "charges": 1}
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_expired_records_behind_a_running_one_are_still_dropped(dedup, monkeypatch):
     """A running record at the front of the store does not shield the expired ones after it."""
@@ -117,7 +124,7 @@ async def test_expired_records_behind_a_running_one_are_still_dropped(dedup, mon
         assert stored_keys(dedup) == ["running", "latest"]
 
 
-def test_key_reused_after_the_window_executes_anew_over_stdio(spawn):
+def test_key_reused_after_the_window_executes_anew_end_to_end(spawn):
     """--retention reaches the server: a key is new again once its window has passed."""
     wire = spawn("--retention", "0.5")
     assert text_of(wire.charge(100, key="order-1")) == "Charged 100. New balance: 100"
@@ -156,6 +163,7 @@ def test_call_without_a_key_works_while_full(full_server):
     assert full_server.ledger() == {"balance": 400, "charges": 4}
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_capacity_comes_back_as_records_expire(dedup, monkeypatch):
     monkeypatch.setattr(dedup, "max_records", 3)

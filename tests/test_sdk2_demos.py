@@ -8,6 +8,8 @@ import pytest
 
 from wire import ROOT, sdk2_python
 
+pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
+
 CLIENT_DEMO = ROOT / "sdk2" / "client_demo.py"
 CLUSTER_DEMO = ROOT / "sdk2" / "cluster_demo.py"
 

@@ -38,6 +38,7 @@ def test_initialize_result_advertises_it_too_for_a_2025_client(wire):
     assert initialized["result"]["capabilities"]["tools"]["idempotency"] == {}
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_sdk_client_reads_the_idempotency_capability():
     async with sdk_session() as session:
@@ -49,12 +50,14 @@ async def test_sdk_client_reads_the_idempotency_capability():
 # ----------------------------------------------------------------------------
 
 
+@pytest.mark.targets("1x-stdio")
 def test_sdk_params_model_puts_the_key_beside_arguments():
     params = types.CallToolRequestParams(name="x", arguments={}, idempotencyKey="k")
 
     assert params.model_dump(by_alias=True, exclude_none=True) == {"name": "x", "arguments": {}, "idempotencyKey": "k"}
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_sdk_client_sends_the_key_beside_arguments_on_the_wire(tmp_path):
     # What the server read, byte for byte: its stdin passes through tee on the way in.
@@ -73,6 +76,7 @@ async def test_sdk_client_sends_the_key_beside_arguments_on_the_wire(tmp_path):
         {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": "sdk-wire-key"}]
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_sdk_client_keyed_retry_is_deduplicated():
     async with sdk_session() as session:
@@ -165,6 +169,7 @@ def one_line(refused: subprocess.CompletedProcess) -> str:
     pytest.param("ignores", None, id="sdk_that_ignores_drops_the_key"),
     pytest.param("forbids", "ValidationError", id="sdk_that_forbids_rejects_the_key"),
 ])
+@pytest.mark.targets("1x-stdio")
 def test_the_simulated_sdks_really_lose_the_key(tmp_path, form, seen_by_the_server):
     # The refusal tests below mean something only if each form really loses the key
     # from what the server would dispatch, and the unpatched SDK keeps it.
@@ -174,6 +179,7 @@ def test_the_simulated_sdks_really_lose_the_key(tmp_path, form, seen_by_the_serv
     assert json.loads(probe.stdout) == seen_by_the_server
 
 
+@pytest.mark.targets("1x-stdio")
 def test_unpatched_server_serves():
     # The control: the same command, unpatched, starts the server (which exits at EOF).
     served = run(sys.executable, "server.py")
@@ -182,6 +188,7 @@ def test_unpatched_server_serves():
     assert "idempotency: serving:" in served.stderr
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.parametrize("form", SDK1_FORMS)
 @pytest.mark.parametrize("script", ["server.py", "client_demo.py"])
 def test_refuses_to_run_when_the_sdk_loses_the_key(tmp_path, script, form):
@@ -191,6 +198,7 @@ def test_refuses_to_run_when_the_sdk_loses_the_key(tmp_path, script, form):
     assert "pip install -r requirements.txt" in line  # the fix
 
 
+@pytest.mark.targets("2x-stdio", "2x-http")
 @pytest.mark.parametrize("form", SDK2_FORMS)
 def test_sdk2_server_refuses_to_start_when_the_key_does_not_reach_its_middleware(tmp_path, form):
     line = one_line(run(sdk2_python(), "sdk2/server.py", "--store", "memory", site=SDK2_FORMS[form],
@@ -213,6 +221,7 @@ def bare_python(tmp_path_factory) -> str:
     return str(folder / "bin" / "python")
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.parametrize("script", ["server.py", "client_demo.py"])
 def test_without_the_sdk_one_line_names_what_is_missing_and_the_fix(bare_python, script):
     line = one_line(run(bare_python, script))
@@ -225,6 +234,7 @@ def test_without_the_sdk_one_line_names_what_is_missing_and_the_fix(bare_python,
 BROKEN_MCP = "raise ImportError(\"cannot import name 'eval_type_backport' from 'pydantic._internal._typing_extra'\")\n"
 
 
+@pytest.mark.targets("1x-stdio")
 @pytest.mark.parametrize("script", ["server.py", "client_demo.py"])
 def test_an_sdk_that_cannot_be_imported_gets_the_same_one_line(tmp_path, script):
     (tmp_path / "mcp").mkdir()
@@ -236,6 +246,7 @@ def test_an_sdk_that_cannot_be_imported_gets_the_same_one_line(tmp_path, script)
     assert "pip install -r requirements.txt" in line
 
 
+@pytest.mark.targets("2x-stdio", "2x-http")
 def test_sdk2_server_without_mcp2_says_how_to_install_it():
     line = one_line(run(sys.executable, "sdk2/server.py"))  # this interpreter has mcp 1.x
 
