@@ -28,7 +28,7 @@ import anyio
 
 # The server module checks the SDK on import (one line and exit 1 without mcp 2.x)
 # and defines the request model that carries the key: the 2.x params model drops it.
-from server import NEEDS_SDK2, KeyedCall, KeyedCallParams  # noqa: F401  (isort: skip)
+from server import KeyedCall, KeyedCallParams  # isort: skip
 
 import mcp_types as types  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402

@@ -19,7 +19,6 @@ the SEP is silent; tests/CONFORMANCE.md lists both.
 """
 
 import argparse
-import json
 import logging
 import sys
 from contextlib import asynccontextmanager
@@ -33,7 +32,7 @@ import anyio.lowlevel
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # sep3182.py, shared with the 1.x server
 import sep3182  # noqa: E402
 from sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL  # noqa: E402
-from store import Held, Limits, Won, open_store  # noqa: E402
+from store import Full, Held, Limits, Won, open_store  # noqa: E402
 
 NEEDS_SDK2 = "this server needs the mcp 2.x SDK; install it: pip install -r sdk2/requirements.txt"
 try:
@@ -44,6 +43,7 @@ try:
     from mcp_types.methods import serialize_server_result, validate_client_request
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
     from pydantic import ValidationError
+    from pydantic_core import from_json, to_json
 except ImportError:
     sys.exit(NEEDS_SDK2)
 
@@ -200,8 +200,8 @@ def key_of(params: dict) -> str | None:
 def recorded(outcome: dict | MCPError, revision: str) -> str:
     """P6: an outcome as the store keeps it: a result with the revision it was shaped for, or an error."""
     if isinstance(outcome, MCPError):
-        return json.dumps({"error": outcome.error.model_dump(exclude_none=True)})
-    return json.dumps({"revision": revision, "result": outcome})
+        return to_json({"error": outcome.error.model_dump(exclude_none=True)}).decode()
+    return to_json({"revision": revision, "result": outcome}).decode()
 
 
 def shaped_for(result: dict, recorded_for: str, revision: str) -> dict:
@@ -224,7 +224,7 @@ def shaped_for(result: dict, recorded_for: str, revision: str) -> dict:
 
 def replay(outcome: str, revision: str) -> dict:
     """P4.4 (SEP S2): answer with the recorded outcome; the tool does not run."""
-    outcome = json.loads(outcome)
+    outcome = from_json(outcome)
     if "error" in outcome:
         raise MCPError(**outcome["error"])
     return shaped_for(outcome["result"], outcome["revision"], revision)
@@ -249,16 +249,29 @@ async def run_once(ctx, call_next, key: str, owner: str) -> dict:
         # the completed record commit together or not at all.
         async with store.transaction() as tx:
             outcome = await outcome_of(ctx, call_next)
-            if not await tx.complete(key, owner, recorded(outcome, ctx.protocol_version)):
-                # P18: our lease passed and a retry took the key over; raising rolls
-                # back our charge, and this caller, like any retry, is told to wait.
-                log.debug("lease lost: key=%r, its charge rolled back", key)
-                raise rejection(IN_PROGRESS, key)
+            recorded_now = await tx.commit_with_record(key, owner, recorded(outcome, ctx.protocol_version))
+    if not recorded_now:
+        # P18: our lease passed and a retry took the key over, so our charge was
+        # rolled back; this caller, like any retry, is told to come back for the outcome.
+        log.debug("lease lost: key=%r, its charge rolled back", key)
+        raise rejection(IN_PROGRESS, key)
     log.debug("recorded: key=%r", key)
     await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel that came meanwhile, now the outcome is safe
     if isinstance(outcome, MCPError):
         raise outcome
     return outcome
+
+
+def answer(held: Held, fingerprint: bytes, key: str, ctx) -> dict:
+    """P4.2-P4.4: a record holds the key: conflict, in progress, or its replay."""
+    if held.fingerprint != fingerprint:  # checked first, so a mismatch is a conflict even mid-run
+        log.debug("conflict: key=%r tool=%s", key, ctx.params["name"])
+        raise rejection(CONFLICT, key)
+    if held.outcome is None:  # SEP S1: reject at once, never wait
+        log.debug("in progress: key=%r", key)
+        raise rejection(IN_PROGRESS, key)
+    log.debug("replayed: key=%r", key)
+    return replay(held.outcome, ctx.protocol_version)
 
 
 async def idempotent_tools_call(ctx, call_next) -> Any:
@@ -269,21 +282,20 @@ async def idempotent_tools_call(ctx, call_next) -> Any:
     if key is None:
         log.debug("no key: tool=%s", ctx.params["name"])
         return await call_next(ctx)  # exactly what the server did before
+    store = ctx.lifespan_context
     fingerprint = sep3182.fingerprint(ctx.params["name"], ctx.params.get("arguments"))
-    claim = await ctx.lifespan_context.claim(key, fingerprint)  # P16: one atomic step in the store
-    if isinstance(claim, Won):
-        return await run_once(ctx, call_next, key, claim.owner)
-    if not isinstance(claim, Held):  # P9: refuse rather than run without the guarantee
-        log.debug("store full: key=%r", key)
-        raise rejection(STORE_FULL, key)
-    if claim.fingerprint != fingerprint:  # P4.2: checked first, so a mismatch is a conflict even mid-run
-        log.debug("conflict: key=%r tool=%s", key, ctx.params["name"])
-        raise rejection(CONFLICT, key)
-    if claim.outcome is None:  # P4.3 (SEP S1): reject at once, never wait
-        log.debug("in progress: key=%r", key)
-        raise rejection(IN_PROGRESS, key)
-    log.debug("replayed: key=%r", key)
-    return replay(claim.outcome, ctx.protocol_version)
+    # A read first: most retries are answered from it (replay, conflict, in
+    # progress) without taking any lock in the store.
+    held = await store.look_up(key)
+    if held is None or held.lease_passed:  # no record, or one that a retry may take over (P18)
+        claim = await store.claim(key, fingerprint)  # P16: one atomic step; a race lost reads as Held
+        if isinstance(claim, Won):
+            return await run_once(ctx, call_next, key, claim.owner)
+        if isinstance(claim, Full):  # P9: refuse rather than run without the guarantee
+            log.debug("store full: key=%r", key)
+            raise rejection(STORE_FULL, key)
+        held = claim
+    return answer(held, fingerprint, key, ctx)
 
 
 # ----------------------------------------------------------------------------

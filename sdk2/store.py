@@ -7,16 +7,18 @@ One interface, three stores, chosen by URL:
     sqlite:PATH            one file: several processes on one machine (the default)
     postgresql://...       one server: several machines; its clock is the only clock (P19)
 
-Every store answers the same four questions the dispatch layer asks, in order:
+Every store answers what the dispatch layer asks, in the order it asks:
 
+    look_up(key)              P4: the record a key holds, if any: a plain read, so most
+                              retries (replays, conflicts, in progress) take no lock
     claim(key, fingerprint)   P16, P18: take the key in one atomic step, or say who holds it
     transaction()             P17: a unit of work; the tool's ledger write joins the one the
-                              dispatch layer opened, so the charge and the record commit together
-    tx.complete(...)          P6, P18: record the outcome, unless the claim was lost (fencing)
-    (retention and bound)     P8, P9: expired records are dropped and treated as absent on
-                              every claim; a claim that would overfill the store is refused
+                              dispatch layer opened, and tx.commit_with_record() commits the
+                              charge and the completed record together, or neither (fencing)
 
-The store holds outcomes as the text it was given; what they mean is the server's business.
+Retention and the bound (P8, P9) hold in all three: an expired record reads as absent and
+is dropped by the next claim, and a claim that would overfill the store is refused.
+The store keeps outcomes as the text it was given; what they mean is the server's business.
 """
 
 import contextvars
@@ -25,7 +27,7 @@ import sqlite3
 import time
 import uuid
 from abc import ABC, abstractmethod
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -33,7 +35,7 @@ import anyio
 import anyio.to_thread
 
 # ----------------------------------------------------------------------------
-# What a claim returns
+# What a look-up and a claim return
 # ----------------------------------------------------------------------------
 
 
@@ -44,10 +46,12 @@ class Won(NamedTuple):
 
 
 class Held(NamedTuple):
-    """Another call holds the key (P4): its fingerprint, and its outcome once it completed."""
+    """A record holds the key (P4): its fingerprint, its outcome once completed, and whether
+    a running record's lease has passed, so that a retry may take it over (P18)."""
 
     fingerprint: bytes
-    outcome: str | None  # None: still running, within its lease
+    outcome: str | None  # None: still running
+    lease_passed: bool
 
 
 class Full(NamedTuple):
@@ -91,8 +95,9 @@ class Transaction(ABC):
         """Zero the ledger; the idempotency records are left alone."""
 
     @abstractmethod
-    async def complete(self, key: str, owner: str, outcome: str) -> bool:
-        """P6, P8, P18: record the outcome and open its window, if `owner` still holds the key."""
+    async def commit_with_record(self, key: str, owner: str, outcome: str) -> bool:
+        """P17, P18: record the outcome (opening its window, P8) and commit it with every
+        statement of this unit of work, if `owner` still holds the key; else roll all back."""
 
     @abstractmethod
     async def commit(self) -> None:
@@ -110,6 +115,10 @@ class Store(ABC):
 
     def __init__(self, limits: Limits):
         self.limits = limits
+
+    @abstractmethod
+    async def look_up(self, key: str) -> Held | None:
+        """P4, P8: the record that holds `key`, or None; an expired record counts as absent."""
 
     @abstractmethod
     async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
@@ -152,7 +161,7 @@ class Store(ABC):
 @dataclass
 class MemoryRecord:
     fingerprint: bytes
-    owner: str | None
+    owner: str | None  # the claim's fencing token while running; None once completed
     deadline: float  # running: the lease's end; completed: the retention window's end
     outcome: str | None = None
 
@@ -165,21 +174,40 @@ class MemoryStore(Store):
     def __init__(self, limits: Limits, clock=time.monotonic):
         super().__init__(limits)
         self.clock = clock
-        self.records: dict[str, MemoryRecord] = {}
+        # Running records, and completed ones in the order they completed, which is
+        # the order they expire in: expiry only ever looks at the front (P8).
+        self.running: dict[str, MemoryRecord] = {}
+        self.completed: dict[str, MemoryRecord] = {}
         self.balance = self.charges = 0
+
+    def forget_expired(self) -> None:
+        """P8: drop the completed records whose window has passed."""
+        now = self.clock()
+        for key, record in list(self.completed.items()):
+            if record.deadline > now:
+                break
+            del self.completed[key]
+
+    def held(self, key: str) -> Held | None:
+        """The record that holds `key`, once the expired ones are gone."""
+        self.forget_expired()
+        record = self.running.get(key) or self.completed.get(key)
+        if record is None:
+            return None
+        return Held(record.fingerprint, record.outcome, record.outcome is None and record.deadline <= self.clock())
+
+    async def look_up(self, key: str) -> Held | None:
+        return self.held(key)
 
     async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
         # No `await` in here: on one event loop the look-up and the write are one step (P16).
-        now = self.clock()
-        self.records = {k: r for k, r in self.records.items() if r.outcome is None or r.deadline > now}  # P8
-        record = self.records.get(key)
-        if record is not None and not (record.outcome is None and record.deadline <= now
-                                       and record.fingerprint == fingerprint):  # P18: a passed lease
-            return Held(record.fingerprint, record.outcome)
-        if record is None and len(self.records) >= self.limits.max_records:
+        held = self.held(key)
+        if held is not None and not (held.lease_passed and held.fingerprint == fingerprint):
+            return held
+        if held is None and len(self.running) + len(self.completed) >= self.limits.max_records:
             return Full()
         owner = new_owner()
-        self.records[key] = MemoryRecord(fingerprint, owner, now + self.limits.lease)
+        self.running[key] = MemoryRecord(fingerprint, owner, self.clock() + self.limits.lease)
         return Won(owner)
 
     def begin(self) -> Transaction:
@@ -191,34 +219,38 @@ class MemoryTransaction(Transaction):
 
     def __init__(self, store: MemoryStore):
         self.store = store
-        self.pending_balance = self.pending_charges = 0
+        self.balance = self.charges = 0  # the changes not yet committed
 
     async def charge(self, amount: int) -> int:
-        self.pending_balance += amount
-        self.pending_charges += 1
-        return self.store.balance + self.pending_balance
+        self.balance += amount
+        self.charges += 1
+        return self.store.balance + self.balance
 
     async def ledger(self) -> dict[str, int]:
-        return {"balance": self.store.balance + self.pending_balance,
-                "charges": self.store.charges + self.pending_charges}
+        return {"balance": self.store.balance + self.balance, "charges": self.store.charges + self.charges}
 
     async def reset_ledger(self) -> None:
-        self.pending_balance, self.pending_charges = -self.store.balance, -self.store.charges
+        self.balance, self.charges = -self.store.balance, -self.store.charges
 
-    async def complete(self, key: str, owner: str, outcome: str) -> bool:
-        record = self.store.records.get(key)
-        if record is None or record.owner != owner or record.outcome is not None:
+    async def commit_with_record(self, key: str, owner: str, outcome: str) -> bool:
+        record = self.store.running.get(key)
+        if record is None or record.owner != owner:
+            await self.rollback()
             return False
+        del self.store.running[key]
         record.owner, record.outcome = None, outcome
         record.deadline = self.store.clock() + self.store.limits.retention
+        self.store.completed[key] = record  # at the back: completion order is expiry order
+        await self.commit()
         return True
 
     async def commit(self) -> None:
-        self.store.balance += self.pending_balance
-        self.store.charges += self.pending_charges
+        self.store.balance += self.balance
+        self.store.charges += self.charges
+        self.balance = self.charges = 0
 
     async def rollback(self) -> None:
-        pass
+        self.balance = self.charges = 0
 
 
 # ----------------------------------------------------------------------------
@@ -243,6 +275,12 @@ CREATE TABLE IF NOT EXISTS ledger (
 INSERT OR IGNORE INTO ledger VALUES (1, 0, 0);
 """
 
+# P4, P8: a read. An expired record reads as absent.
+SQLITE_LOOK_UP = """
+SELECT fingerprint, outcome, lease_until <= :now FROM idempotency_records
+WHERE key = :key AND (expires_at IS NULL OR expires_at > :now)
+"""
+
 # P16: the claim is this one statement: an insert that fails over to an update only
 # where a retry may take over a passed lease with the same fingerprint (P18). It
 # returns a row exactly when this call now holds the key.
@@ -256,6 +294,7 @@ WHERE idempotency_records.outcome IS NULL
 RETURNING owner
 """
 
+# P18: only the claim's owner may complete it; a claim taken over is fenced off.
 SQLITE_COMPLETE = """
 UPDATE idempotency_records
 SET outcome = :outcome, expires_at = :now + :retention, owner = NULL, lease_until = NULL
@@ -263,10 +302,14 @@ WHERE key = :key AND owner = :owner AND outcome IS NULL
 """
 
 
-def connect_sqlite(path: str) -> sqlite3.Connection:
-    """A connection in autocommit mode (we say BEGIN ourselves), in WAL, waiting on locks."""
+WRITE_WAIT_SECONDS = 10  # how long a writer waits for another process's transaction
+
+
+def connect_sqlite(path: str, wait_seconds: float) -> sqlite3.Connection:
+    """A connection in autocommit mode (we say BEGIN ourselves), in WAL, waiting at most
+    `wait_seconds` for another process's write lock."""
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    db.execute("PRAGMA busy_timeout = 10000")  # another process's write: wait, do not fail
+    db.execute(f"PRAGMA busy_timeout = {int(wait_seconds * 1000)}")
     db.execute("PRAGMA synchronous = NORMAL")  # WAL: survives a killed process; an OS crash may lose the last commits
     return db
 
@@ -277,26 +320,42 @@ def create_sqlite_schema(path: str) -> None:
     # processes try at once, even with a busy timeout: take turns on a lock file.
     with open(path + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        db = connect_sqlite(path)
+        db = connect_sqlite(path, WRITE_WAIT_SECONDS)
         db.execute("PRAGMA journal_mode = WAL")
         db.executescript(SQLITE_SCHEMA)
         db.close()
 
 
 class SQLiteStore(Store):
-    """One SQLite file. Every call runs in a worker thread: a lock held by another
-    process must stall that thread, never the event loop."""
+    """One SQLite file, in WAL mode, where a reader never waits for a writer. So look-ups
+    run on the event loop, refusing to wait at all; every write waits, if it must, in a
+    worker thread: a lock held by another process stalls that thread, never the loop."""
 
     def __init__(self, path: str, limits: Limits, clock=time.time):
         super().__init__(limits)
         self.url = f"sqlite:{path}"
         self.clock = clock  # the machine's clock: every process on it reads the same one
         create_sqlite_schema(path)
-        # One connection per process, one unit of work at a time on it: SQLite lets one
-        # writer in at a time anyway, so queueing here costs nothing, and a writer that
-        # waits here holds no worker thread.
-        self.db = connect_sqlite(path)
+        self.reader = connect_sqlite(path, wait_seconds=0)
+        # One writing connection per process, one unit of work at a time on it: SQLite
+        # lets one writer in at a time anyway, so queueing here costs nothing, and a
+        # writer that waits here holds no worker thread.
+        self.writer = connect_sqlite(path, WRITE_WAIT_SECONDS)
         self.turn = anyio.Lock()
+
+    async def close(self) -> None:
+        self.reader.close()
+        self.writer.close()
+
+    async def look_up(self, key: str) -> Held | None:
+        parameters = {"key": key, "now": self.clock()}
+        try:
+            row = self.reader.execute(SQLITE_LOOK_UP, parameters).fetchone()
+        except sqlite3.OperationalError:  # busy: another process is recovering the file; wait aside
+            async with self.turn:
+                row = await anyio.to_thread.run_sync(
+                    lambda: self.writer.execute(SQLITE_LOOK_UP, parameters).fetchone())
+        return None if row is None else Held(row[0], row[1], bool(row[2]))
 
     async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
         async with self.turn:
@@ -304,7 +363,7 @@ class SQLiteStore(Store):
 
     def _claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
         """P8, P9, P16, P18 in one write transaction (BEGIN IMMEDIATE: no other writer meanwhile)."""
-        db, now = self.db, self.clock()
+        db, now = self.writer, self.clock()
         db.execute("BEGIN IMMEDIATE")
         try:
             db.execute("DELETE FROM idempotency_records WHERE expires_at <= ?", (now,))  # P8
@@ -312,10 +371,9 @@ class SQLiteStore(Store):
             won = db.execute(SQLITE_CLAIM, {"key": key, "fingerprint": fingerprint, "owner": owner,
                                             "now": now, "lease": self.limits.lease}).fetchone()
             if won is None:
-                row = db.execute("SELECT fingerprint, outcome FROM idempotency_records WHERE key = ?",
-                                 (key,)).fetchone()
+                held = db.execute(SQLITE_LOOK_UP, {"key": key, "now": now}).fetchone()
                 db.execute("COMMIT")  # keep the purge
-                return Held(row[0], row[1])
+                return Held(held[0], held[1], bool(held[2]))
             # P9: a takeover adds no row, so only a new key can push the count past the bound.
             if db.execute("SELECT count(*) FROM idempotency_records").fetchone()[0] > self.limits.max_records:
                 db.execute("ROLLBACK")
@@ -337,20 +395,20 @@ class SQLiteTransaction(Transaction):
 
     def __init__(self, store: SQLiteStore):
         self.store = store
-        self.began = False
+        self.open = False
 
     async def _run(self, statement):
         """Run `statement(db)` in a worker thread, inside this unit of work's transaction."""
-        if not self.began:
+        if not self.open:
             await self.store.turn.acquire()
-            self.began = True
+            self.open = True
             first = statement
 
             def statement(db):
                 db.execute("BEGIN IMMEDIATE")
                 return first(db)
 
-        return await anyio.to_thread.run_sync(statement, self.store.db)
+        return await anyio.to_thread.run_sync(statement, self.store.writer)
 
     async def charge(self, amount: int) -> int:
         return await self._run(lambda db: db.execute(
@@ -364,17 +422,34 @@ class SQLiteTransaction(Transaction):
     async def reset_ledger(self) -> None:
         await self._run(lambda db: db.execute("UPDATE ledger SET balance = 0, charges = 0"))
 
-    async def complete(self, key: str, owner: str, outcome: str) -> bool:
+    async def commit_with_record(self, key: str, owner: str, outcome: str) -> bool:
         parameters = {"key": key, "owner": owner, "outcome": outcome,
                       "now": self.store.clock(), "retention": self.store.limits.retention}
-        return await self._run(lambda db: db.execute(SQLITE_COMPLETE, parameters).rowcount == 1)
+
+        def complete(db) -> bool:  # one trip to the worker thread: the update, then COMMIT or ROLLBACK
+            completed = db.execute(SQLITE_COMPLETE, parameters).rowcount == 1
+            db.execute("COMMIT" if completed else "ROLLBACK")
+            return completed
+
+
+        completed = await self._run(complete)
+        self._close()
+        return completed
+
+    def _close(self) -> None:
+        """Let the next unit of work of this process in."""
+        self.open = False
+        self.store.turn.release()
 
     async def _end(self, statement: str) -> None:
-        if self.began:
-            try:
-                await anyio.to_thread.run_sync(self.store.db.execute, statement)
-            finally:
-                self.store.turn.release()
+        """COMMIT or ROLLBACK, if this unit of work began; a statement that failed may have ended it."""
+        if not self.open:
+            return
+        try:
+            if self.store.writer.in_transaction:
+                await anyio.to_thread.run_sync(self.store.writer.execute, statement)
+        finally:
+            self._close()
 
     async def commit(self) -> None:
         await self._end("COMMIT")
@@ -397,24 +472,43 @@ CREATE TABLE IF NOT EXISTS idempotency_records (
     expires_at   timestamptz
 );
 CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (expires_at);
+-- P9: how many records there are, kept in step by every claim and purge, so that
+-- no claim has to count the table.
+CREATE TABLE IF NOT EXISTS idempotency_record_count (
+    id  integer PRIMARY KEY CHECK (id = 1),
+    n   bigint NOT NULL
+);
+INSERT INTO idempotency_record_count SELECT 1, count(*) FROM idempotency_records
+WHERE NOT EXISTS (SELECT FROM idempotency_record_count);
 CREATE TABLE IF NOT EXISTS ledger (
     id       integer PRIMARY KEY CHECK (id = 1),
     balance  bigint NOT NULL,
     charges  bigint NOT NULL
 );
-INSERT INTO ledger VALUES (1, 0, 0) ON CONFLICT DO NOTHING;
+INSERT INTO ledger SELECT 1, 0, 0 WHERE NOT EXISTS (SELECT FROM ledger);
 """
 
-# P19: every time below is the database's clock_timestamp(), never an instance's
-# clock, so instances need not agree on the time. The claim is one statement (P16).
+# P19: every time below is the database's clock, never an instance's, so instances
+# need not agree on the time. now() is the start of the statement's transaction:
+# stable within it, which lets the expiry index serve the purge.
+POSTGRES_LOOK_UP = """
+SELECT fingerprint, outcome, lease_until <= now() AS lease_passed FROM idempotency_records
+WHERE key = $1 AND (expires_at IS NULL OR expires_at > now())
+"""
+
+# P16, P18: as SQLITE_CLAIM. `xmax = 0` tells a new row from a takeover of an old one.
 POSTGRES_CLAIM = """
 INSERT INTO idempotency_records (key, fingerprint, owner, lease_until)
-VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4))
+VALUES ($1, $2, $3, now() + make_interval(secs => $4))
 ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, lease_until = excluded.lease_until
 WHERE idempotency_records.outcome IS NULL
-  AND idempotency_records.lease_until <= clock_timestamp()
+  AND idempotency_records.lease_until <= now()
   AND idempotency_records.fingerprint = excluded.fingerprint
-RETURNING owner
+RETURNING owner, xmax = 0 AS inserted
+"""
+
+POSTGRES_COUNT = """
+UPDATE idempotency_record_count SET n = n + $1 WHERE $1 <= 0 OR n + $1 <= $2 RETURNING n
 """
 
 POSTGRES_COMPLETE = """
@@ -436,40 +530,50 @@ class PostgresStore(Store):
         import asyncpg  # optional: only this store needs it (sdk2/requirements-postgres.txt)
 
         pool = await asyncpg.create_pool(url, min_size=1, max_size=10)
-        async with pool.acquire() as db, db.transaction():
-            # Instances starting together would race on CREATE TABLE IF NOT EXISTS
-            # (a unique violation in pg_type): take turns on an advisory lock.
-            await db.execute("SELECT pg_advisory_xact_lock(3182)")
-            await db.execute(POSTGRES_SCHEMA)
+        async with pool.acquire() as db:
+            # A running instance holds the ledger's row and the records' rows while it
+            # charges; CREATE INDEX would lock the whole table behind them. So the
+            # schema is created only where it is missing, one instance at a time.
+            if await db.fetchval("SELECT to_regclass('ledger') IS NULL"):
+                async with db.transaction():
+                    await db.execute("SELECT pg_advisory_xact_lock(3182)")
+                    await db.execute(POSTGRES_SCHEMA)
         return cls(url, limits, pool)
 
     async def close(self) -> None:
         await self.pool.close()
 
+    async def look_up(self, key: str) -> Held | None:
+        async with self.pool.acquire() as db:
+            row = await db.fetchrow(POSTGRES_LOOK_UP, key)
+        return None if row is None else Held(bytes(row["fingerprint"]), row["outcome"], bool(row["lease_passed"]))
+
     async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
         async with self.pool.acquire() as db:
-            tx = db.transaction()
-            await tx.start()
+            # The claim need not wait for its commit to reach the disk: if the database
+            # loses it in a crash, the tool's completion finds no claim and rolls its
+            # charge back (P18), and that completion commits durably, with the charge.
+            await db.execute("BEGIN; SET LOCAL synchronous_commit = off")
             try:
-                await db.execute("DELETE FROM idempotency_records WHERE expires_at <= clock_timestamp()")  # P8
-                owner = await db.fetchval(POSTGRES_CLAIM, key, fingerprint, new_owner(), self.limits.lease)
-                if owner is None:
+                purged = int((await db.execute(
+                    "DELETE FROM idempotency_records WHERE expires_at <= now()")).split()[1])  # P8
+                won = await db.fetchrow(POSTGRES_CLAIM, key, fingerprint, new_owner(), self.limits.lease)
+                added = 1 if won is not None and won["inserted"] else 0
+                if (added or purged) and await db.fetchval(POSTGRES_COUNT, added - purged,
+                                                           self.limits.max_records) is None:
+                    await db.execute("ROLLBACK")  # P9: a new record would pass the bound
+                    return Full()
+                if won is None:
                     # A new statement, so a new snapshot: it sees a record that another
                     # instance committed while our insert waited on it.
-                    row = await db.fetchrow(
-                        "SELECT fingerprint, outcome FROM idempotency_records WHERE key = $1", key)
-                    await tx.commit()
-                    return Held(bytes(row["fingerprint"]), row["outcome"])
-                # P9. Claims that commit at the same instant on several instances do not see
-                # each other's rows, so the bound can be passed by that many.
-                if await db.fetchval("SELECT count(*) FROM idempotency_records") > self.limits.max_records:
-                    await tx.rollback()
-                    return Full()
-                await tx.commit()
-                return Won(owner)
+                    held = await db.fetchrow(POSTGRES_LOOK_UP, key)
+                    await db.execute("COMMIT")  # keep the purge
+                    return Held(bytes(held["fingerprint"]), held["outcome"], bool(held["lease_passed"]))
+                await db.execute("COMMIT")
+                return Won(won["owner"])
             except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await tx.rollback()
+                with anyio.CancelScope(shield=True), suppress(Exception):  # the connection may be gone
+                    await db.execute("ROLLBACK")
                 raise
 
     def begin(self) -> Transaction:
@@ -481,13 +585,12 @@ class PostgresTransaction(Transaction):
 
     def __init__(self, store: PostgresStore):
         self.store = store
-        self.db = self.tx = None
+        self.db = None
 
     async def _connection(self):
         if self.db is None:
             self.db = await self.store.pool.acquire()
-            self.tx = self.db.transaction()
-            await self.tx.start()
+            await self.db.execute("BEGIN")
         return self.db
 
     async def charge(self, amount: int) -> int:
@@ -503,22 +606,25 @@ class PostgresTransaction(Transaction):
         db = await self._connection()
         await db.execute("UPDATE ledger SET balance = 0, charges = 0")
 
-    async def complete(self, key: str, owner: str, outcome: str) -> bool:
+    async def commit_with_record(self, key: str, owner: str, outcome: str) -> bool:
         db = await self._connection()
-        return await db.execute(POSTGRES_COMPLETE, key, owner, outcome, self.store.limits.retention) == "UPDATE 1"
+        completed = await db.execute(POSTGRES_COMPLETE, key, owner, outcome, self.store.limits.retention) == "UPDATE 1"
+        await self._end("COMMIT" if completed else "ROLLBACK")
+        return completed
 
-    async def _end(self, finish) -> None:
+    async def _end(self, statement: str) -> None:
         if self.db is not None:
+            db, self.db = self.db, None
             try:
-                await finish()
+                await db.execute(statement)
             finally:
-                await self.store.pool.release(self.db)
+                await self.store.pool.release(db)
 
     async def commit(self) -> None:
-        await self._end(lambda: self.tx.commit())
+        await self._end("COMMIT")
 
     async def rollback(self) -> None:
-        await self._end(lambda: self.tx.rollback())
+        await self._end("ROLLBACK")
 
 
 # ----------------------------------------------------------------------------
