@@ -7,6 +7,7 @@ import os
 import sys
 import tempfile
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
@@ -20,6 +21,8 @@ sys.path.insert(0, str(ROOT))
 def pytest_addoption(parser):
     parser.addoption("--target", action="append", choices=TARGETS,
                      help="run the wire-level tests against this target only (repeatable; default: all)")
+    parser.addoption("--print-targets", action="store_true",
+                     help="after collecting, list each test with the targets it runs on (test_conformance.py)")
 
 
 def pytest_configure(config):
@@ -33,16 +36,26 @@ def pytest_collection_modifyitems(config, items):
         return
     kept, left_out = [], []
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        marked = item.get_closest_marker("targets")
-        if callspec is not None and "target" in callspec.params:
-            other = callspec.params["target"] not in chosen
-        else:
-            other = marked is not None and not set(marked.args) & set(chosen)
-        (left_out if other else kept).append(item)
+        targets = targets_of(item)
+        (left_out if targets and not set(targets) & set(chosen) else kept).append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = kept
+
+
+def targets_of(item) -> list[str]:
+    """The targets one collected test exercises: its `target`, else its `targets` mark."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "target" in callspec.params:
+        return [callspec.params["target"]]
+    marked = item.get_closest_marker("targets")
+    return [] if marked is None else list(marked.args)
+
+
+def pytest_report_collectionfinish(config, items):
+    if config.getoption("print_targets"):
+        return [f"targets {item.nodeid.split('[')[0]} {','.join(targets_of(item))}" for item in items]
+    return []
 
 
 def pytest_generate_tests(metafunc):
@@ -98,16 +111,29 @@ def postgres_url():
 
     name = f"sep3182_{uuid.uuid4().hex[:12]}"
 
-    async def admin(statement: str) -> None:
+    async def execute(statement: str) -> None:
         connection = await asyncpg.connect(POSTGRES)
         try:
             await connection.execute(statement)
         finally:
             await connection.close()
 
-    anyio.run(admin, f"CREATE DATABASE {name}")
+    def admin(statement: str) -> None:
+        # In a thread of its own, so that an async fixture may ask for this one too.
+        with ThreadPoolExecutor(1) as thread:
+            thread.submit(anyio.run, execute, statement).result()
+
+    admin(f"CREATE DATABASE {name}")
     yield POSTGRES.rsplit("/", 1)[0] + "/" + name
-    anyio.run(admin, f"DROP DATABASE {name} WITH (FORCE)")
+    admin(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """A store every instance of a test shares: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:{tmp_path / 'store.db'}"
+    return request.getfixturevalue("postgres_url")
 
 
 @asynccontextmanager

@@ -1,18 +1,50 @@
-"""The benchmark harness, run on tiny counts: it must finish, not measure anything."""
+"""The benchmark harness, run on tiny counts: it must finish every section, not measure anything."""
 
+import os
 import subprocess
 import sys
 
+import pytest
+
 from wire import ROOT
 
+pytestmark = pytest.mark.targets("1x-stdio", "2x-stdio", "2x-http")
+
 BENCH = ROOT / "benchmarks" / "bench.py"
-# Counts that take the harness through every section in a few seconds.
-TINY = ["--calls", "5", "--repeats", "2", "--records", "20", "--in-flight", "10"]
-SECTIONS = ["## 1. Round trip over stdio", "## 2. Fingerprint cost", "## 3. Memory", "## 4. Concurrency"]
+# Counts that take the harness through every section in well under a minute.
+TINY = ["--calls", "5", "--repeats", "2", "--records", "20", "--in-flight", "10", "--clients", "2",
+        "--scale-calls", "8"]
+SECTIONS = ["## 1a. Round trip per target", "## 1b. Round trip per target", "## 2. Fingerprint cost",
+            "## 3. Memory", "## 4. Concurrency", "## 5a. Shared stores: round trip",
+            "## 5b. Shared stores: bytes per stored record", "## 5c. Shared stores: 4 instances"]
+POSTGRES = os.environ.get("SEP3182_POSTGRES")
 
 
-def test_benchmark_harness_runs_end_to_end_on_tiny_counts():
-    run = subprocess.run([sys.executable, str(BENCH), *TINY], capture_output=True, text=True, timeout=100)
+def bench(*args: str) -> subprocess.CompletedProcess:
+    """Run bench.py with the tiny counts and `args`; it must exit 0."""
+    run = subprocess.run([sys.executable, str(BENCH), *TINY, *args], capture_output=True, text=True, timeout=170)
     assert run.returncode == 0, run.stderr
+    return run
+
+
+@pytest.mark.timeout(180)  # fourteen servers start, two at a time on a two-core machine
+def test_benchmark_harness_runs_every_section_on_tiny_counts(tmp_path):
+    """Every section without PostgreSQL: its rows say so, and --write keeps what was printed."""
+    results = tmp_path / "RESULTS.md"
+    run = bench("--postgres", "", "--write", str(results))
     for heading in SECTIONS:
         assert heading in run.stdout
+    assert "not measured (no PostgreSQL" in run.stdout
+    assert "MISSED" in run.stdout or "MET" in run.stdout
+    written = results.read_text(encoding="utf-8")
+    assert written.startswith("# SEP-3182 idempotency benchmark")
+    assert written.strip() == run.stdout.strip()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not POSTGRES, reason="no PostgreSQL server: set SEP3182_POSTGRES (see tests/postgres.sh)")
+def test_benchmark_measures_postgresql_when_given_a_server():
+    """Section 5 on the PostgreSQL server SEP3182_POSTGRES names, in a database the bench drops afterwards."""
+    run = bench("--sections", "5", "--postgres", POSTGRES)
+    assert "not measured" not in run.stdout
+    assert "| PostgreSQL | fresh key, executes |" in run.stdout

@@ -1,7 +1,10 @@
-"""CONFORMANCE.md stays true: every row is there, and every test it names exists."""
+"""CONFORMANCE.md stays true: every row is there, every test it names exists, and ran where it says."""
 
 import ast
 import re
+import subprocess
+import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -9,24 +12,24 @@ import pytest
 HERE = Path(__file__).resolve().parent
 TABLE = (HERE / "CONFORMANCE.md").read_text(encoding="utf-8")
 
-# The rows of the SEP summary (section A) and the positions (section B).
+# The rows of the SEP summary (section A) and the positions (sections B and B.2).
 ROW_IDS = (
     [f"W{n}" for n in range(1, 9)] + [f"C{n}" for n in range(1, 7)]
     + ["S0", "S1", "S1a", "S2", "S2a", "S2b", "S3", "S3a", "S3b", "S4", "S5", "S6"]
     + [f"E{n}" for n in range(1, 9)] + [f"R{n}" for n in range(1, 8)] + [f"K{n}" for n in range(1, 5)]
-    + [f"L{n}" for n in range(1, 8)] + ["A1"] + [f"P{n}" for n in range(1, 14)]
+    + [f"L{n}" for n in range(1, 8)] + ["A1"] + [f"P{n}" for n in range(1, 21)] + ["P10'", "P12'"]
 )
 TEST_REFERENCE = re.compile(r"`(test_\w+\.py)::(test_\w+)`")
 OTHER_CHECK = re.compile(r"`(interop/[\w.]+)`")
 
 
-def table_rows() -> dict[str, str]:
-    """Row id -> the rest of its table line."""
+def table_rows() -> dict[str, list[str]]:
+    """Row id -> the cells of its table line."""
     rows = {}
     for line in TABLE.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if line.startswith("|") and cells[0] in ROW_IDS:
-            rows[cells[0]] = line
+            rows[cells[0]] = cells
     return rows
 
 
@@ -37,13 +40,26 @@ def functions_defined_in(file_name: str) -> set[str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")}
 
 
+def collected_targets() -> dict[str, set[str]]:
+    """`file.py::test_name` -> the targets pytest collects it for (conftest's --print-targets)."""
+    listing = subprocess.run([sys.executable, "-m", "pytest", str(HERE), "--collect-only", "-q", "--print-targets",
+                              "-p", "no:cacheprovider"], cwd=HERE, capture_output=True, text=True, timeout=120)
+    targets = defaultdict(set)
+    for line in listing.stdout.splitlines():
+        if line.startswith("targets "):
+            _, test, where = line.split(" ", 2)
+            targets[test].update(filter(None, where.split(",")))
+    assert targets, listing.stdout + listing.stderr
+    return targets
+
+
 def test_every_sep_row_and_position_has_a_row():
     assert sorted(set(ROW_IDS) - set(table_rows())) == []
 
 
 @pytest.mark.parametrize("row_id", ROW_IDS)
 def test_every_row_names_a_test_or_a_reason(row_id):
-    line = table_rows()[row_id]
+    line = " | ".join(table_rows()[row_id])
     assert TEST_REFERENCE.search(line) or "**Not demonstrated**" in line or re.search(r"\bP\d+ below\b", line)
 
 
@@ -56,3 +72,16 @@ def test_every_named_test_exists(file_name, test_name):
 @pytest.mark.parametrize("path", sorted(set(OTHER_CHECK.findall(TABLE))))
 def test_every_named_check_outside_pytest_exists(path):
     assert (HERE / path).exists()
+
+
+def test_every_row_ran_on_the_targets_it_claims():
+    """A row's Targets cell is exactly where pytest collects the tests it names."""
+    collected = collected_targets()
+    wrong = {}
+    for row_id, cells in table_rows().items():
+        named = TEST_REFERENCE.findall(cells[-2])
+        claimed = set(filter(None, (target.strip() for target in cells[-1].split(","))))
+        where = set().union(*(collected.get(f"{file}::{test}", set()) for file, test in named))
+        if claimed != where:
+            wrong[row_id] = f"claims {sorted(claimed)}, its tests ran on {sorted(where)}"
+    assert wrong == {}

@@ -7,7 +7,6 @@ stamp in `_meta` that 2025 results do not define, and the 2.x client rejects a
 same outcome, reshaped, never the other revision's bytes.
 """
 
-import json
 import subprocess
 
 import pytest

@@ -71,6 +71,7 @@ class Wire:
                                         stderr=self.stderr, text=True, encoding="utf-8")
         self.replies: dict[object, str] = {}  # replies read while waiting for another
         self.next_id = 0
+        self.numbering = threading.Lock()  # several threads may send on one Wire
 
     # --- what each transport and revision says differently ------------------
 
@@ -116,12 +117,14 @@ class Wire:
 
     def send_request(self, method: str, params=None) -> int:
         """Send a request without waiting; return its id."""
-        self.next_id += 1
-        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
+        with self.numbering:
+            self.next_id += 1
+            request_id = self.next_id
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params is not None:
             message["params"] = params
         self.send(self.frame(message))
-        return self.next_id
+        return request_id
 
     def reply(self, request_id, timeout: float = REPLY_TIMEOUT) -> dict:
         """The response for `request_id`, parsed."""
@@ -333,7 +336,7 @@ class HttpWire(Wire):
         def exchange():
             try:
                 answer.put(self.post(text.encode(), self.headers(message), request_id)[2])
-            except OSError as gone:  # cancel() closed the connection: no answer will come
+            except (OSError, http.client.HTTPException) as gone:  # closed by cancel(), or the server died
                 answer.put(gone)
 
         threading.Thread(target=exchange, daemon=True).start()

@@ -1,0 +1,269 @@
+"""Fault injection for the tests: kill a server at an exact point of a keyed call, hold it there, or skew its clock.
+
+tests/test_crashes.py, tests/test_clocks.py and one test of tests/test_several_instances.py
+start real server processes with this folder first on PYTHONPATH. Python imports
+`sitecustomize` at start-up, before the server's own code, so this module runs in
+those processes and in no other: the test process, and every server the other
+tests start, never see it. It does nothing unless one of its variables is set:
+
+    SEP3182_KILL_AT=PHASE         SIGKILL the process at PHASE of its first keyed call
+                                  that reaches it (the process dies there, so there is
+                                  no second one); it writes `faults: SIGKILL at PHASE`
+                                  to stderr first, so a test can tell its kill from a crash
+    SEP3182_PAUSE_AT=PHASE        instead hold every keyed call at PHASE for
+    SEP3182_PAUSE_SECONDS=S       S seconds (default 3), writing `faults: paused at PHASE`:
+                                  a slow call, caught in the middle of its unit of work
+    SEP3182_CLOCK_OFFSET=SECONDS  shift this process's wall clock (time.time, time.time_ns)
+                                  by SECONDS, as a machine whose clock is wrong; it writes
+                                  `faults: wall clock shifted by SECONDS s` to stderr
+
+The phases of a keyed tools/call, and what is wrapped to reach each one (to kill
+there, or to hold the call there):
+
+    before-claim-commit  the claim's INSERT is done, its COMMIT is not.
+                         SQLite: `store.connect_sqlite` returns a proxy connection; the
+                         cursor of `store.SQLITE_CLAIM` notes a returned owner, and the
+                         next `execute("COMMIT")` kills instead of committing.
+                         PostgreSQL: `asyncpg.Connection.fetchrow` kills right after the
+                         statement `store.POSTGRES_CLAIM` returns an owner (the pool's
+                         connection proxies look the method up on the class at each call).
+    after-claim          the claim committed, the tool has not started:
+                         `SQLiteStore.claim` / `PostgresStore.claim` kill after returning Won.
+    after-charge         inside the tool, after its ledger write, before the unit of work
+                         commits: `SQLiteTransaction.charge` / `PostgresTransaction.charge`
+                         kill after the UPDATE returned.
+    after-commit         the charge and the completed record are committed, the reply is
+                         not sent: `commit_with_record` kills once it returned True.
+
+The server code holds no fault code: everything here wraps the store's own functions
+from outside. The server imports its store as a top-level module (`from store import
+...`, found in sdk2/ because sdk2/server.py is the script), and imports asyncpg only when
+it opens a PostgreSQL store, so neither exists yet when this module runs. A finder put
+first on `sys.meta_path` waits for those two imports: it lets the normal finders locate
+the module, wraps the loader they return, and applies the patches as soon as the module's
+own code has run, before any importer gets it back. Nothing else is touched: the SDK,
+the server module and the store's SQL are the ones the other tests run.
+
+The clock offset replaces `time.time` at start-up, before `store` is imported, so
+`SQLiteStore`'s default clock (`clock=time.time`, bound when the class is defined) is the
+skewed one too: that is the clock SQLite's leases and retention are measured on. The
+PostgreSQL store never reads it (P19), which is what the clock tests show.
+"""
+
+import importlib.abc
+import os
+import signal
+import sys
+import time
+
+KILL_AT = os.environ.get("SEP3182_KILL_AT")
+PAUSE_AT = os.environ.get("SEP3182_PAUSE_AT")
+PAUSE_SECONDS = float(os.environ.get("SEP3182_PAUSE_SECONDS", "3"))
+CLOCK_OFFSET = os.environ.get("SEP3182_CLOCK_OFFSET")
+PHASES = ("before-claim-commit", "after-claim", "after-charge", "after-commit")
+
+
+def say(line: str) -> None:
+    """One line on stderr, written at once (the process may die on the next line)."""
+    os.write(2, f"faults: {line}\n".encode())
+
+
+def kill(phase: str) -> None:
+    """Die here, as a machine that loses power does: no cleanup, no reply, no rollback sent."""
+    say(f"SIGKILL at {phase}")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def reached_in_thread(phase: str) -> None:
+    """A keyed call reached `phase` in a worker thread (SQLite's statements run there)."""
+    if KILL_AT == phase:
+        kill(phase)
+    say(f"paused at {phase}")
+    time.sleep(PAUSE_SECONDS)
+
+
+async def reached(phase: str) -> None:
+    """A keyed call reached `phase` on the event loop: die, or hold it there."""
+    if KILL_AT == phase:
+        kill(phase)
+    import anyio  # the server's own dependency, loaded by now
+
+    say(f"paused at {phase}")
+    await anyio.sleep(PAUSE_SECONDS)
+
+
+# ----------------------------------------------------------------------------
+# The phases: one set of wrappers each, applied to the module `store` once it is imported
+# ----------------------------------------------------------------------------
+
+
+class ClaimWatchingCursor:
+    """The cursor of a SQLite claim statement: a fetched row means the claim won."""
+
+    def __init__(self, cursor, connection: "ClaimWatchingConnection"):
+        self._cursor, self._connection = cursor, connection
+
+    def fetchone(self):
+        row = self._cursor.fetchone()
+        if row is not None:
+            self._connection.holds_claim = True
+        return row
+
+    def __getattr__(self, name):
+        return getattr(self._cursor, name)
+
+
+class ClaimWatchingConnection:
+    """A sqlite3 connection that stops at the COMMIT of a transaction holding a won claim."""
+
+    def __init__(self, db, claim_statement: str):
+        self._db, self._claim_statement = db, claim_statement
+        self.holds_claim = False
+
+    def execute(self, statement, *args):
+        if statement in ("COMMIT", "ROLLBACK"):
+            if statement == "COMMIT" and self.holds_claim and self._db.in_transaction:
+                reached_in_thread("before-claim-commit")
+            self.holds_claim = False
+        cursor = self._db.execute(statement, *args)
+        return ClaimWatchingCursor(cursor, self) if statement == self._claim_statement else cursor
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def before_sqlite_claim_commits(store) -> None:
+    connect = store.connect_sqlite
+
+    def connect_sqlite(path, *args, **options):
+        return ClaimWatchingConnection(connect(path, *args, **options), store.SQLITE_CLAIM)
+
+    store.connect_sqlite = connect_sqlite  # SQLiteStore looks the name up in its module at each call
+
+
+def after_claim_wins(store) -> None:
+    for cls in (store.SQLiteStore, store.PostgresStore):
+        claim = cls.claim
+
+        async def wrapped(self, key, fingerprint, claim=claim):
+            result = await claim(self, key, fingerprint)
+            if isinstance(result, store.Won):
+                await reached("after-claim")
+            return result
+
+        cls.claim = wrapped
+
+
+def after_charge(store) -> None:
+    for cls in (store.SQLiteTransaction, store.PostgresTransaction):
+        charge = cls.charge
+
+        async def wrapped(self, amount, charge=charge):
+            balance = await charge(self, amount)
+            await reached("after-charge")
+            return balance
+
+        cls.charge = wrapped
+
+
+def after_completing_commit(store) -> None:
+    for cls in (store.SQLiteTransaction, store.PostgresTransaction):
+        commit_with_record = cls.commit_with_record
+
+        async def wrapped(self, key, owner, outcome, commit_with_record=commit_with_record):
+            committed = await commit_with_record(self, key, owner, outcome)
+            if committed:
+                await reached("after-commit")
+            return committed
+
+        cls.commit_with_record = wrapped
+
+
+def before_postgres_claim_commits(asyncpg) -> None:
+    fetchrow = asyncpg.Connection.fetchrow
+
+    async def wrapped(self, query, *args, **options):
+        row = await fetchrow(self, query, *args, **options)
+        store = sys.modules.get("store")
+        if row is not None and store is not None and query == store.POSTGRES_CLAIM:
+            await reached("before-claim-commit")
+        return row
+
+    asyncpg.Connection.fetchrow = wrapped
+
+
+STORE_PATCHES = {
+    "before-claim-commit": before_sqlite_claim_commits,
+    "after-claim": after_claim_wins,
+    "after-charge": after_charge,
+    "after-commit": after_completing_commit,
+}
+
+
+# ----------------------------------------------------------------------------
+# Applying them: a finder that patches a module right after its own code ran
+# ----------------------------------------------------------------------------
+
+
+class PatchingLoader(importlib.abc.Loader):
+    """The normal loader, then the patch, before the module is handed to its importer."""
+
+    def __init__(self, loader, patch):
+        self._loader, self._patch = loader, patch
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._patch(module)
+
+    def __getattr__(self, name):  # get_source, get_code, ...: as the normal loader answers
+        return getattr(self._loader, name)
+
+
+class PatchOnImport(importlib.abc.MetaPathFinder):
+    """Find `name` as the other finders would, and patch it once it has run."""
+
+    def __init__(self, patches: dict):
+        self.patches = patches
+
+    def find_spec(self, name, path, target=None):
+        patch = self.patches.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = PatchingLoader(spec.loader, patch)
+                return spec
+        return None
+
+
+def patch_store(module) -> None:
+    if hasattr(module, "SQLiteStore"):  # the server's store.py, not some other `store`
+        STORE_PATCHES[PHASE](module)
+
+
+def patch_asyncpg(module) -> None:
+    before_postgres_claim_commits(module)
+
+
+PHASE = KILL_AT or PAUSE_AT
+if PHASE is not None:
+    if PHASE not in PHASES or (KILL_AT and PAUSE_AT):
+        sys.exit(f"faults: set SEP3182_KILL_AT or SEP3182_PAUSE_AT to one of {', '.join(PHASES)}")
+    patches = {"store": patch_store}
+    if PHASE == "before-claim-commit":
+        patches["asyncpg"] = patch_asyncpg
+    sys.meta_path.insert(0, PatchOnImport(patches))
+
+if CLOCK_OFFSET is not None:
+    offset = float(CLOCK_OFFSET)
+    real_time, real_time_ns = time.time, time.time_ns
+    time.time = lambda: real_time() + offset
+    time.time_ns = lambda: real_time_ns() + int(offset * 1_000_000_000)
+    say(f"wall clock shifted by {offset:+g} s")

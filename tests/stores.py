@@ -1,0 +1,66 @@
+"""The shared store read directly, not through a server: what the several-instance tests audit."""
+
+import contextlib
+import json
+import re
+import sqlite3
+from collections import Counter
+
+
+def read_store(url: str) -> tuple[dict, dict]:
+    """The ledger and every record's outcome (None while running), read in one snapshot."""
+    if url.startswith("sqlite:"):
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:"), isolation_level=None)) as db:
+            db.execute("BEGIN")
+            balance, charges = db.execute("SELECT balance, charges FROM ledger").fetchone()
+            records = dict(db.execute("SELECT key, outcome FROM idempotency_records"))
+            db.execute("COMMIT")
+        return {"balance": balance, "charges": charges}, records
+
+    import anyio
+    import asyncpg
+
+    async def fetch():
+        db = await asyncpg.connect(url)
+        try:
+            async with db.transaction(isolation="repeatable_read", readonly=True):
+                ledger = dict(await db.fetchrow("SELECT balance, charges FROM ledger"))
+                records = {row["key"]: row["outcome"]
+                           for row in await db.fetch("SELECT key, outcome FROM idempotency_records")}
+            return ledger, records
+        finally:
+            await db.close()
+
+    return anyio.run(fetch)
+
+
+CHARGED = re.compile(r"Charged (\d+)\. New balance: (\d+)")
+
+
+def audit(url: str) -> tuple[dict, set]:
+    """Check that the ledger holds exactly the recorded charges; return {key: (amount, balance)} and running keys.
+
+    Charges commit one after another, so the balances the completed records report,
+    sorted, must climb from 0 by each record's own amount to the ledger's balance,
+    in as many steps as the ledger counts charges.
+    """
+    ledger, records = read_store(url)
+    completed = {}
+    for key, outcome in records.items():
+        if outcome is not None:
+            amount, balance = CHARGED.fullmatch(json.loads(outcome)["result"]["content"][0]["text"]).groups()
+            completed[key] = (int(amount), int(balance))
+    balance = 0
+    for key, (amount, after) in sorted(completed.items(), key=lambda item: item[1][1]):
+        assert after == balance + amount, f"{key}: {after} after {balance} + {amount}: a charge with no record"
+        balance = after
+    assert ledger == {"balance": balance, "charges": len(completed)}, "the ledger holds charges no record accounts for"
+    return completed, {key for key, outcome in records.items() if outcome is None}
+
+
+DECISION = re.compile(r"idempotency: (claimed|recorded|replayed|in progress|conflict|lease lost): key='([^']*)'")
+
+
+def decisions(*wires) -> Counter:
+    """(decision, key) -> how many times the servers logged it, over all their logs."""
+    return Counter(match.groups() for wire in wires for match in DECISION.finditer(wire.log()))

@@ -1,0 +1,188 @@
+"""P15, P16, P17: several instances on one store; a retry that lands on another instance still charges once.
+
+Every test starts real sdk2/server.py processes over stateless Streamable HTTP on
+127.0.0.1, all on one store, and runs once on each shared store: a SQLite file in
+the test's tmp_path, and a fresh PostgreSQL database (`postgres_url`; skipped
+without SEP3182_POSTGRES).
+
+The quick tests show the three answers a retry can get on another instance: the
+replay, the conflict, the in-progress rejection; and that an instance may start
+while another is in the middle of a charge. The slow one is the load: 1,000
+keys, each sent to two instances at the same moment, with at most 64 requests in
+flight. It proves, from what the clients saw, what the servers logged and what the
+store holds (read directly, not through the server):
+
+- each key ran exactly once (one `claimed` across all four logs), and the other copy
+  was a replay identical to the executed result or an in-progress rejection;
+- the shared ledger holds exactly 1,000 charges, and they are the recorded ones:
+  sorted by the balance each recorded result reports, every step of the balance is
+  the amount of the key that recorded it, and the last is the ledger's balance. A
+  charge with no record, or twice for one record, would break that chain.
+"""
+
+import contextlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from stores import CHARGED, audit, decisions, read_store
+from wire import CONFLICT, IN_PROGRESS, error_type, start, text_of
+
+FAULTS = Path(__file__).resolve().parent / "faults"  # sitecustomize.py: kill or hold a call at a phase
+
+pytestmark = pytest.mark.targets("2x-http")
+
+INSTANCES = 4
+KEYS = 1000
+IN_FLIGHT = 64  # requests in flight at most: half as many keys, each sent to two instances
+REPLY_TIMEOUT = 60  # seconds; 2,000 requests share two cores with four servers
+
+
+# ----------------------------------------------------------------------------
+# Several instances, started together
+# ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def instances(*command_lines: tuple[str, ...]):
+    """One server per command line, started together, stopped at the end."""
+    with ThreadPoolExecutor(len(command_lines)) as pool:
+        wires = list(pool.map(lambda server_args: start("2x-http", *server_args), command_lines))
+    try:
+        yield wires
+    finally:
+        for wire in wires:
+            wire.close()
+
+
+# ----------------------------------------------------------------------------
+# Quick: what a retry on the other instance answers; an instance that joins
+# ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pair(store_url):
+    """Two instances on one store; on the first, A, a charge takes two seconds, to catch a call in flight."""
+    with instances(("--store", store_url, "--charge-delay", "2"), ("--store", store_url)) as wires:
+        yield wires
+
+
+def test_retry_on_another_instance_replays_and_a_conflict_there_is_rejected(pair, store_url):
+    a, b = pair
+    original = b.charge(100, key="order-1")
+    assert text_of(original) == "Charged 100. New balance: 100"
+
+    assert a.charge(100, key="order-1")["result"] == original["result"]  # the replay, as it was sent
+    assert error_type(a.charge(250, key="order-1")) == CONFLICT  # same key, other arguments
+    assert error_type(a.charge(100, key="order-1", tool="charge_unguarded")) == CONFLICT  # other tool
+
+    assert a.ledger() == {"balance": 100, "charges": 1}
+    seen = decisions(a, b)
+    assert seen["claimed", "order-1"] == 1 and seen["replayed", "order-1"] == 1 and seen["conflict", "order-1"] == 2
+    assert audit(store_url) == ({"order-1": (100, 100)}, set())
+
+
+def test_retry_on_another_instance_while_the_call_runs_is_in_progress(pair, store_url):
+    a, b = pair
+    original = a.send_call("charge_guarded", {"amount": 100}, key="order-2")
+    a.wait_for_log("claimed: key='order-2'")  # A holds the key and sleeps in its charge
+
+    assert error_type(b.charge(100, key="order-2")) == IN_PROGRESS
+    executed = a.reply(original)
+    assert text_of(executed) == "Charged 100. New balance: 100"
+    assert b.charge(100, key="order-2")["result"] == executed["result"]
+    assert a.ledger() == {"balance": 100, "charges": 1}
+    assert audit(store_url) == ({"order-2": (100, 100)}, set())
+
+
+def test_instance_that_starts_while_another_is_charging_disturbs_neither(store_url, monkeypatch):
+    """P15: instances come and go (a deploy, a scale-out) while others serve keyed calls.
+
+    A's keyed call is held for three seconds between its ledger write and its commit
+    (tests/faults, SEP3182_PAUSE_AT=after-charge); B starts meanwhile, on the same store.
+    Both must go on: B starts and serves, A's call completes and is charged once.
+    (On PostgreSQL, B's schema set-up in PostgresStore.open takes a ShareLock on the
+    records table, then waits on A's ledger row; A's completion then waits on that
+    ShareLock, and PostgreSQL breaks the deadlock by failing one of the two.)
+    """
+    monkeypatch.setenv("PYTHONPATH", str(FAULTS))
+    monkeypatch.setenv("SEP3182_PAUSE_AT", "after-charge")
+    monkeypatch.setenv("SEP3182_PAUSE_SECONDS", "3")
+    a = start("2x-http", "--store", store_url)
+    monkeypatch.delenv("SEP3182_PAUSE_AT")
+    b = None
+    try:
+        call = a.send_call("charge_guarded", {"amount": 100}, key="order-3")
+        a.wait_for_log("faults: paused at after-charge")
+        b = start("2x-http", "--store", store_url)  # waits for A's unit of work, at most
+        original = a.reply(call)
+        assert "result" in original, f"A's call failed while B started: {original}\nA's log:\n{a.log()}"
+        assert text_of(original) == "Charged 100. New balance: 100"
+        assert b.charge(100, key="order-3")["result"] == original["result"]
+        assert b.ledger() == {"balance": 100, "charges": 1}
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
+# ----------------------------------------------------------------------------
+# Slow: 1,000 keys, each sent to two instances at once
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_each_key_sent_to_two_instances_at_once_charges_once_in_the_shared_ledger(store_url, capsys):
+    with instances(*[("--store", store_url)] * INSTANCES) as wires:
+        # Wire numbers its requests without a lock: one sender per instance at a time.
+        sending = [threading.Lock() for _ in wires]
+
+        def send(instance: int, key: str, amount: int) -> int:
+            with sending[instance]:
+                return wires[instance].send_call("charge_guarded", {"amount": amount}, key=key)
+
+        def both(i: int) -> list[dict]:
+            """Key i to instance i % 4 and (i + 1) % 4, both sent before either answer is read."""
+            key, amount = f"order-{i}", i + 1
+            sent = [(instance, send(instance, key, amount)) for instance in (i % INSTANCES, (i + 1) % INSTANCES)]
+            return [wires[instance].reply(request_id, REPLY_TIMEOUT) for instance, request_id in sent]
+
+        began = time.monotonic()
+        with ThreadPoolExecutor(IN_FLIGHT // 2) as pool:
+            answers = list(pool.map(both, range(KEYS)))
+        elapsed = time.monotonic() - began
+        seen = decisions(*wires)
+
+    executed = replayed = in_progress = 0
+    for i, replies in enumerate(answers):
+        key, amount = f"order-{i}", i + 1
+        results = [reply["result"] for reply in replies if "result" in reply]
+        rejected = [error_type(reply) for reply in replies if "result" not in reply]
+        # One execution; the other copy is its replay or was told the call is in progress.
+        assert results, f"{key}: no copy executed: {replies}"
+        assert all(result == results[0] for result in results), f"{key}: a replay differs from the execution"
+        assert CHARGED.fullmatch(results[0]["content"][0]["text"])[1] == str(amount)
+        assert rejected in ([], [IN_PROGRESS]), f"{key}: {replies}"
+        assert seen["claimed", key] == 1 and seen["recorded", key] == 1, f"{key} ran {seen['claimed', key]} times"
+        assert seen["replayed", key] + seen["in progress", key] == 1
+        executed += 1
+        replayed += seen["replayed", key]
+        in_progress += seen["in progress", key]
+
+    completed, running = audit(store_url)
+    assert not running
+    assert {key: amount for key, (amount, _) in completed.items()} == {f"order-{i}": i + 1 for i in range(KEYS)}
+    # The balance each client was shown is the one recorded for its key.
+    for i, replies in enumerate(answers):
+        shown = next(reply["result"] for reply in replies if "result" in reply)["content"][0]["text"]
+        assert int(CHARGED.fullmatch(shown)[2]) == completed[f"order-{i}"][1]
+    assert read_store(store_url)[0] == {"balance": KEYS * (KEYS + 1) // 2, "charges": KEYS}
+
+    with capsys.disabled():
+        print(f"\n[several instances, {store_url.split(':')[0]}] {KEYS} keys x 2 instances of {INSTANCES}, "
+              f"<= {IN_FLIGHT} in flight: {2 * KEYS} requests in {elapsed:.1f} s ({2 * KEYS / elapsed:.0f}/s); "
+              f"{executed} executed, {replayed} replayed, {in_progress} in progress; ledger {KEYS} charges")
