@@ -282,20 +282,16 @@ async def idempotent_tools_call(ctx, call_next) -> Any:
     if key is None:
         log.debug("no key: tool=%s", ctx.params["name"])
         return await call_next(ctx)  # exactly what the server did before
-    store = ctx.lifespan_context
     fingerprint = sep3182.fingerprint(ctx.params["name"], ctx.params.get("arguments"))
-    # A read first: most retries are answered from it (replay, conflict, in
-    # progress) without taking any lock in the store.
-    held = await store.look_up(key)
-    if held is None or held.lease_passed:  # no record, or one that a retry may take over (P18)
-        claim = await store.claim(key, fingerprint)  # P16: one atomic step; a race lost reads as Held
-        if isinstance(claim, Won):
-            return await run_once(ctx, call_next, key, claim.owner)
-        if isinstance(claim, Full):  # P9: refuse rather than run without the guarantee
-            log.debug("store full: key=%r", key)
-            raise rejection(STORE_FULL, key)
-        held = claim
-    return answer(held, fingerprint, key, ctx)
+    # P16: the store takes the key in one atomic step, or says which record holds it;
+    # it reads first, so most retries (replay, conflict, in progress) take no lock.
+    claim = await ctx.lifespan_context.claim(key, fingerprint)
+    if isinstance(claim, Won):
+        return await run_once(ctx, call_next, key, claim.owner)
+    if isinstance(claim, Full):  # P9: refuse rather than run without the guarantee
+        log.debug("store full: key=%r", key)
+        raise rejection(STORE_FULL, key)
+    return answer(claim, fingerprint, key, ctx)
 
 
 # ----------------------------------------------------------------------------
@@ -326,6 +322,15 @@ async def idempotency(ctx, call_next) -> Any:
 # the params are validated and before any handler runs. That is the SEP's
 # "dispatch layer", reached through a public hook, with no SDK code patched.
 mcp.middleware.append(idempotency)
+
+
+async def store_problem() -> str | None:
+    """Open the store once before serving: a bad --store ends in one line, not a traceback."""
+    try:
+        async with shared_store(mcp):
+            return None
+    except Exception as error:  # an unknown scheme, a folder that is not there, a server that refuses
+        return f"{type(error).__name__}: {error}".splitlines()[0]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -361,6 +366,9 @@ def main() -> None:
     why = sdk_hides_the_key()
     if why is not None:
         sys.exit(SDK_HIDES_KEY.format(version=version("mcp"), why=why))
+    problem = anyio.run(store_problem)
+    if problem is not None:
+        sys.exit(f"cannot open the store {settings.store}: {problem}")
     where = "stdio" if settings.transport == "stdio" else f"http://{settings.host}:{settings.port}/mcp"
     log.info("serving on %s: store %s, retention %gs, lease %gs, at most %d records, charge delay %gs",
              where, settings.store, settings.retention, settings.lease, settings.max_records, settings.charge_delay)

@@ -7,11 +7,11 @@ One interface, three stores, chosen by URL:
     sqlite:PATH            one file: several processes on one machine (the default)
     postgresql://...       one server: several machines; its clock is the only clock (P19)
 
-Every store answers what the dispatch layer asks, in the order it asks:
+Every store answers the two things the dispatch layer asks:
 
-    look_up(key)              P4: the record a key holds, if any: a plain read, so most
-                              retries (replays, conflicts, in progress) take no lock
-    claim(key, fingerprint)   P16, P18: take the key in one atomic step, or say who holds it
+    claim(key, fingerprint)   P4, P16, P18: the record that holds the key (read first, with
+                              no lock, so most retries cost a read), or else the key taken in
+                              one atomic step, or a takeover of a claim whose lease passed
     transaction()             P17: a unit of work; the tool's ledger write joins the one the
                               dispatch layer opened, and tx.commit_with_record() commits the
                               charge and the completed record together, or neither (fencing)
@@ -23,11 +23,13 @@ The store keeps outcomes as the text it was given; what they mean is the server'
 
 import contextvars
 import fcntl
+import itertools
 import sqlite3
 import time
 import uuid
 from abc import ABC, abstractmethod
-from contextlib import asynccontextmanager, suppress
+from collections import deque
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -46,12 +48,10 @@ class Won(NamedTuple):
 
 
 class Held(NamedTuple):
-    """A record holds the key (P4): its fingerprint, its outcome once completed, and whether
-    a running record's lease has passed, so that a retry may take it over (P18)."""
+    """A record holds the key (P4): its fingerprint, and its outcome once completed."""
 
     fingerprint: bytes
-    outcome: str | None  # None: still running
-    lease_passed: bool
+    outcome: str | None  # None: still running, within its lease
 
 
 class Full(NamedTuple):
@@ -67,9 +67,16 @@ class Limits:
     max_records: int  # live records at most, running or completed
 
 
+# A fencing token names one claim, and is never reused by any instance: this
+# process's random name and a count. It never leaves the server, so it need not be
+# secret, and counting is cheaper than drawing 128 random bits for every claim.
+PROCESS = uuid.uuid4().hex
+claims_made = itertools.count()
+
+
 def new_owner() -> str:
-    """A fencing token: unguessable and never reused, so a lost claim cannot complete (P18)."""
-    return uuid.uuid4().hex
+    """P18: a fencing token no other claim has, so a claim taken over cannot complete."""
+    return f"{PROCESS}-{next(claims_made)}"
 
 
 # The unit of work open in this task, if any. The dispatch layer opens one around a
@@ -117,12 +124,9 @@ class Store(ABC):
         self.limits = limits
 
     @abstractmethod
-    async def look_up(self, key: str) -> Held | None:
-        """P4, P8: the record that holds `key`, or None; an expired record counts as absent."""
-
-    @abstractmethod
     async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
-        """P8, P9, P16, P18: drop expired records, then take the key atomically or report its holder."""
+        """P4, P8, P9, P16, P18: the record that holds `key` (an expired one counts as absent,
+        a running one whose lease passed is taken over by the same request), or the key taken."""
 
     @abstractmethod
     def begin(self) -> Transaction:
@@ -131,26 +135,35 @@ class Store(ABC):
     async def close(self) -> None:
         """Give back connections and files."""
 
-    @asynccontextmanager
-    async def transaction(self):
+    def transaction(self) -> "UnitOfWork":
         """P17: a unit of work that commits on success and rolls back on any error; nests."""
-        joined = _open_transaction.get()
-        if joined is not None:
-            yield joined
+        return UnitOfWork(self)
+
+
+class UnitOfWork:
+    """`async with store.transaction() as tx:` the transaction open in this task if there is
+    one (it is joined), else a new one, committed on success and rolled back on any error."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    async def __aenter__(self) -> Transaction:
+        self.joined = _open_transaction.get()
+        if self.joined is not None:
+            return self.joined
+        self.tx = self.store.begin()
+        self.token = _open_transaction.set(self.tx)
+        return self.tx
+
+    async def __aexit__(self, error_type, error, traceback) -> None:
+        if self.joined is not None:
             return
-        tx = self.begin()
-        token = _open_transaction.set(tx)
-        try:
-            yield tx
-        except BaseException:
-            with anyio.CancelScope(shield=True):  # a cancelled caller must still release the store
-                await tx.rollback()
-            raise
-        else:
-            with anyio.CancelScope(shield=True):
-                await tx.commit()
-        finally:
-            _open_transaction.reset(token)
+        _open_transaction.reset(self.token)
+        with anyio.CancelScope(shield=True):  # a cancelled caller must still release the store
+            if error_type is None:
+                await self.tx.commit()
+            else:
+                await self.tx.rollback()
 
 
 # ----------------------------------------------------------------------------
@@ -174,37 +187,28 @@ class MemoryStore(Store):
     def __init__(self, limits: Limits, clock=time.monotonic):
         super().__init__(limits)
         self.clock = clock
-        # Running records, and completed ones in the order they completed, which is
-        # the order they expire in: expiry only ever looks at the front (P8).
         self.running: dict[str, MemoryRecord] = {}
         self.completed: dict[str, MemoryRecord] = {}
+        # Completed keys in the order they completed, which is the order they expire
+        # in: expiry only ever looks at the front (P8).
+        self.expiry_order: deque[str] = deque()
         self.balance = self.charges = 0
 
     def forget_expired(self) -> None:
         """P8: drop the completed records whose window has passed."""
         now = self.clock()
-        for key, record in list(self.completed.items()):
-            if record.deadline > now:
-                break
-            del self.completed[key]
-
-    def held(self, key: str) -> Held | None:
-        """The record that holds `key`, once the expired ones are gone."""
-        self.forget_expired()
-        record = self.running.get(key) or self.completed.get(key)
-        if record is None:
-            return None
-        return Held(record.fingerprint, record.outcome, record.outcome is None and record.deadline <= self.clock())
-
-    async def look_up(self, key: str) -> Held | None:
-        return self.held(key)
+        while self.expiry_order and self.completed[self.expiry_order[0]].deadline <= now:
+            del self.completed[self.expiry_order.popleft()]
 
     async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
         # No `await` in here: on one event loop the look-up and the write are one step (P16).
-        held = self.held(key)
-        if held is not None and not (held.lease_passed and held.fingerprint == fingerprint):
-            return held
-        if held is None and len(self.running) + len(self.completed) >= self.limits.max_records:
+        self.forget_expired()
+        record = self.running.get(key) or self.completed.get(key)
+        taken_over = (record is not None and record.outcome is None and record.deadline <= self.clock()
+                      and record.fingerprint == fingerprint)  # P18: a passed lease, the same request
+        if record is not None and not taken_over:
+            return Held(record.fingerprint, record.outcome)
+        if record is None and len(self.running) + len(self.completed) >= self.limits.max_records:
             return Full()
         owner = new_owner()
         self.running[key] = MemoryRecord(fingerprint, owner, self.clock() + self.limits.lease)
@@ -240,7 +244,8 @@ class MemoryTransaction(Transaction):
         del self.store.running[key]
         record.owner, record.outcome = None, outcome
         record.deadline = self.store.clock() + self.store.limits.retention
-        self.store.completed[key] = record  # at the back: completion order is expiry order
+        self.store.completed[key] = record
+        self.store.expiry_order.append(key)  # at the back: completion order is expiry order
         await self.commit()
         return True
 
@@ -266,7 +271,7 @@ CREATE TABLE IF NOT EXISTS idempotency_records (
     outcome      TEXT,           -- NULL while running
     expires_at   REAL            -- completed: when the retention window closes (P8)
 );
-CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (expires_at);
+CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (expires_at) WHERE expires_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS ledger (
     id       INTEGER PRIMARY KEY CHECK (id = 1),
     balance  INTEGER NOT NULL,
@@ -275,9 +280,10 @@ CREATE TABLE IF NOT EXISTS ledger (
 INSERT OR IGNORE INTO ledger VALUES (1, 0, 0);
 """
 
-# P4, P8: a read. An expired record reads as absent.
-SQLITE_LOOK_UP = """
-SELECT fingerprint, outcome, lease_until <= :now FROM idempotency_records
+# P4, P8, P18: the record that holds a key, read with no lock: an expired record
+# reads as absent, and a running one whose lease passed says so.
+SQLITE_HOLDER = """
+SELECT fingerprint, outcome, outcome IS NULL AND lease_until <= :now FROM idempotency_records
 WHERE key = :key AND (expires_at IS NULL OR expires_at > :now)
 """
 
@@ -327,53 +333,55 @@ def create_sqlite_schema(path: str) -> None:
 
 
 class SQLiteStore(Store):
-    """One SQLite file, in WAL mode, where a reader never waits for a writer. So look-ups
-    run on the event loop, refusing to wait at all; every write waits, if it must, in a
-    worker thread: a lock held by another process stalls that thread, never the loop."""
+    """One SQLite file, in WAL mode, where a reader never waits for a writer.
+
+    A claim runs on the event loop when it can, refusing to wait for any lock: a
+    read, and the write only if the key is free. When another writer holds the
+    file, it waits in a worker thread instead; and so does every unit of work. A
+    lock held by another process stalls a worker thread, never the event loop."""
 
     def __init__(self, path: str, limits: Limits, clock=time.time):
         super().__init__(limits)
         self.url = f"sqlite:{path}"
         self.clock = clock  # the machine's clock: every process on it reads the same one
         create_sqlite_schema(path)
-        self.reader = connect_sqlite(path, wait_seconds=0)
-        # One writing connection per process, one unit of work at a time on it: SQLite
+        self.on_loop = connect_sqlite(path, wait_seconds=0)
+        # A checkpoint writes the WAL back with an fsync: let it happen on a commit
+        # in a worker thread, never on one made on the event loop.
+        self.on_loop.execute("PRAGMA wal_autocheckpoint = 0")
+        # One waiting writer per process, one unit of work at a time on it: SQLite
         # lets one writer in at a time anyway, so queueing here costs nothing, and a
         # writer that waits here holds no worker thread.
         self.writer = connect_sqlite(path, WRITE_WAIT_SECONDS)
         self.turn = anyio.Lock()
 
     async def close(self) -> None:
-        self.reader.close()
+        self.on_loop.close()
         self.writer.close()
 
-    async def look_up(self, key: str) -> Held | None:
-        parameters = {"key": key, "now": self.clock()}
-        try:
-            row = self.reader.execute(SQLITE_LOOK_UP, parameters).fetchone()
-        except sqlite3.OperationalError:  # busy: another process is recovering the file; wait aside
-            async with self.turn:
-                row = await anyio.to_thread.run_sync(
-                    lambda: self.writer.execute(SQLITE_LOOK_UP, parameters).fetchone())
-        return None if row is None else Held(row[0], row[1], bool(row[2]))
-
     async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
-        async with self.turn:
-            return await anyio.to_thread.run_sync(self._claim, key, fingerprint)
+        try:
+            return self._claim(self.on_loop, key, fingerprint)
+        except sqlite3.OperationalError:  # "database is locked": another writer has the file; wait aside
+            async with self.turn:
+                return await anyio.to_thread.run_sync(self._claim, self.writer, key, fingerprint)
 
-    def _claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
-        """P8, P9, P16, P18 in one write transaction (BEGIN IMMEDIATE: no other writer meanwhile)."""
-        db, now = self.writer, self.clock()
-        db.execute("BEGIN IMMEDIATE")
+    def _claim(self, db: sqlite3.Connection, key: str, fingerprint: bytes) -> Won | Held | Full:
+        """P4, P8, P9, P16, P18: a read; then, if the key is free, one write transaction."""
+        now = self.clock()
+        holder = db.execute(SQLITE_HOLDER, {"key": key, "now": now}).fetchone()
+        if holder is not None and not (holder[2] and holder[0] == fingerprint):
+            return Held(holder[0], holder[1])  # no write at all: a replay, a conflict, in progress
+        db.execute("BEGIN IMMEDIATE")  # no other writer from here to COMMIT
         try:
             db.execute("DELETE FROM idempotency_records WHERE expires_at <= ?", (now,))  # P8
             owner = new_owner()
             won = db.execute(SQLITE_CLAIM, {"key": key, "fingerprint": fingerprint, "owner": owner,
                                             "now": now, "lease": self.limits.lease}).fetchone()
-            if won is None:
-                held = db.execute(SQLITE_LOOK_UP, {"key": key, "now": now}).fetchone()
+            if won is None:  # another process got in between the read and BEGIN
+                holder = db.execute(SQLITE_HOLDER, {"key": key, "now": now}).fetchone()
                 db.execute("COMMIT")  # keep the purge
-                return Held(held[0], held[1], bool(held[2]))
+                return Held(holder[0], holder[1])
             # P9: a takeover adds no row, so only a new key can push the count past the bound.
             if db.execute("SELECT count(*) FROM idempotency_records").fetchone()[0] > self.limits.max_records:
                 db.execute("ROLLBACK")
@@ -471,7 +479,7 @@ CREATE TABLE IF NOT EXISTS idempotency_records (
     outcome      text,           -- text, not jsonb: a replay is the recorded bytes (P6)
     expires_at   timestamptz
 );
-CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (expires_at);
+CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (expires_at) WHERE expires_at IS NOT NULL;
 -- P9: how many records there are, kept in step by every claim and purge, so that
 -- no claim has to count the table.
 CREATE TABLE IF NOT EXISTS idempotency_record_count (
@@ -488,34 +496,70 @@ CREATE TABLE IF NOT EXISTS ledger (
 INSERT INTO ledger SELECT 1, 0, 0 WHERE NOT EXISTS (SELECT FROM ledger);
 """
 
-# P19: every time below is the database's clock, never an instance's, so instances
-# need not agree on the time. now() is the start of the statement's transaction:
-# stable within it, which lets the expiry index serve the purge.
-POSTGRES_LOOK_UP = """
-SELECT fingerprint, outcome, lease_until <= now() AS lease_passed FROM idempotency_records
-WHERE key = $1 AND (expires_at IS NULL OR expires_at > now())
+POSTGRES_SCHEMA_READY = "SELECT to_regprocedure('idempotency_claim(text, bytea, text, float8, bigint)') IS NOT NULL"
+
+# P4, P8, P9, P16, P18 in one statement, so in one round trip and one transaction:
+# the record that holds the key, answered with no write; or the key claimed by one
+# atomic insert, or taken over once its lease has passed. P19: every time here is
+# the database's clock, never an instance's, so instances need not agree on the time.
+POSTGRES_CLAIM_FUNCTION = """
+CREATE OR REPLACE FUNCTION idempotency_claim(claim_key text, claim_fingerprint bytea, claim_owner text,
+                                             lease_seconds float8, max_records bigint)
+RETURNS TABLE (status text, fingerprint bytea, outcome text) LANGUAGE plpgsql AS $$
+DECLARE
+    holder record;
+    held boolean;
+    inserted boolean;
+    purged bigint;
+    live bigint;
+BEGIN
+    SELECT r.fingerprint, r.outcome, r.outcome IS NULL AND r.lease_until <= now() AS lease_passed INTO holder
+    FROM idempotency_records r WHERE r.key = claim_key AND (r.expires_at IS NULL OR r.expires_at > now());
+    held := FOUND;
+    IF held AND NOT (holder.lease_passed AND holder.fingerprint = claim_fingerprint) THEN
+        RETURN QUERY SELECT 'held', holder.fingerprint, holder.outcome;  -- no write at all
+        RETURN;
+    END IF;
+    -- The claim need not wait for the disk: if the database loses it in a crash, the
+    -- tool's completion finds no claim and rolls its charge back (P18); that completion
+    -- commits durably, with the charge.
+    PERFORM set_config('synchronous_commit', 'off', true);
+    DELETE FROM idempotency_records r WHERE r.expires_at <= now();  -- P8
+    GET DIAGNOSTICS purged = ROW_COUNT;
+    -- P9: the count row is locked from here to the commit, so claims of new keys take turns.
+    SELECT c.n - purged INTO live FROM idempotency_record_count c FOR UPDATE;
+    IF NOT held AND live >= max_records THEN
+        UPDATE idempotency_record_count SET n = live;
+        RETURN QUERY SELECT 'full', NULL::bytea, NULL::text;
+        RETURN;
+    END IF;
+    INSERT INTO idempotency_records AS r (key, fingerprint, owner, lease_until)
+    VALUES (claim_key, claim_fingerprint, claim_owner, now() + make_interval(secs => lease_seconds))
+    ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, lease_until = excluded.lease_until
+    WHERE r.outcome IS NULL AND r.lease_until <= now() AND r.fingerprint = excluded.fingerprint
+    RETURNING r.xmax = 0 INTO inserted;  -- xmax = 0: a new row, not a takeover
+    IF NOT FOUND THEN  -- another instance claimed it after our read: a new snapshot sees it
+        UPDATE idempotency_record_count SET n = live;
+        RETURN QUERY SELECT 'held', r.fingerprint, r.outcome FROM idempotency_records r WHERE r.key = claim_key;
+        RETURN;
+    END IF;
+    UPDATE idempotency_record_count SET n = live + inserted::int;
+    RETURN QUERY SELECT 'won', claim_fingerprint, NULL::text;
+END
+$$
 """
 
-# P16, P18: as SQLITE_CLAIM. `xmax = 0` tells a new row from a takeover of an old one.
-POSTGRES_CLAIM = """
-INSERT INTO idempotency_records (key, fingerprint, owner, lease_until)
-VALUES ($1, $2, $3, now() + make_interval(secs => $4))
-ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, lease_until = excluded.lease_until
-WHERE idempotency_records.outcome IS NULL
-  AND idempotency_records.lease_until <= now()
-  AND idempotency_records.fingerprint = excluded.fingerprint
-RETURNING owner, xmax = 0 AS inserted
-"""
-
-POSTGRES_COUNT = """
-UPDATE idempotency_record_count SET n = n + $1 WHERE $1 <= 0 OR n + $1 <= $2 RETURNING n
-"""
+POSTGRES_CLAIM = "SELECT status, fingerprint, outcome FROM idempotency_claim($1, $2, $3, $4, $5)"
 
 POSTGRES_COMPLETE = """
 UPDATE idempotency_records
 SET outcome = $3, expires_at = clock_timestamp() + make_interval(secs => $4), owner = NULL, lease_until = NULL
 WHERE key = $1 AND owner = $2 AND outcome IS NULL
 """
+
+
+async def no_reset(_connection) -> None:
+    """What a pooled connection needs on release: nothing (see PostgresStore.open)."""
 
 
 class PostgresStore(Store):
@@ -529,52 +573,33 @@ class PostgresStore(Store):
     async def open(cls, url: str, limits: Limits) -> "PostgresStore":
         import asyncpg  # optional: only this store needs it (sdk2/requirements-postgres.txt)
 
-        pool = await asyncpg.create_pool(url, min_size=1, max_size=10)
+        # Each connection is used for one transaction at a time and keeps no session
+        # state, so the pool need not reset it on release: that is a round trip a use.
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=no_reset)
         async with pool.acquire() as db:
             # A running instance holds the ledger's row and the records' rows while it
             # charges; CREATE INDEX would lock the whole table behind them. So the
             # schema is created only where it is missing, one instance at a time.
-            if await db.fetchval("SELECT to_regclass('ledger') IS NULL"):
+            if not await db.fetchval(POSTGRES_SCHEMA_READY):
                 async with db.transaction():
                     await db.execute("SELECT pg_advisory_xact_lock(3182)")
-                    await db.execute(POSTGRES_SCHEMA)
+                    if not await db.fetchval(POSTGRES_SCHEMA_READY):  # not made while we waited
+                        await db.execute(POSTGRES_SCHEMA)
+                        await db.execute(POSTGRES_CLAIM_FUNCTION)
         return cls(url, limits, pool)
 
     async def close(self) -> None:
         await self.pool.close()
 
-    async def look_up(self, key: str) -> Held | None:
-        async with self.pool.acquire() as db:
-            row = await db.fetchrow(POSTGRES_LOOK_UP, key)
-        return None if row is None else Held(bytes(row["fingerprint"]), row["outcome"], bool(row["lease_passed"]))
-
     async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
+        owner = new_owner()
         async with self.pool.acquire() as db:
-            # The claim need not wait for its commit to reach the disk: if the database
-            # loses it in a crash, the tool's completion finds no claim and rolls its
-            # charge back (P18), and that completion commits durably, with the charge.
-            await db.execute("BEGIN; SET LOCAL synchronous_commit = off")
-            try:
-                purged = int((await db.execute(
-                    "DELETE FROM idempotency_records WHERE expires_at <= now()")).split()[1])  # P8
-                won = await db.fetchrow(POSTGRES_CLAIM, key, fingerprint, new_owner(), self.limits.lease)
-                added = 1 if won is not None and won["inserted"] else 0
-                if (added or purged) and await db.fetchval(POSTGRES_COUNT, added - purged,
-                                                           self.limits.max_records) is None:
-                    await db.execute("ROLLBACK")  # P9: a new record would pass the bound
-                    return Full()
-                if won is None:
-                    # A new statement, so a new snapshot: it sees a record that another
-                    # instance committed while our insert waited on it.
-                    held = await db.fetchrow(POSTGRES_LOOK_UP, key)
-                    await db.execute("COMMIT")  # keep the purge
-                    return Held(bytes(held["fingerprint"]), held["outcome"], bool(held["lease_passed"]))
-                await db.execute("COMMIT")
-                return Won(won["owner"])
-            except BaseException:
-                with anyio.CancelScope(shield=True), suppress(Exception):  # the connection may be gone
-                    await db.execute("ROLLBACK")
-                raise
+            row = await db.fetchrow(POSTGRES_CLAIM, key, fingerprint, owner, self.limits.lease, self.limits.max_records)
+        if row["status"] == "won":
+            return Won(owner)
+        if row["status"] == "full":
+            return Full()
+        return Held(bytes(row["fingerprint"]), row["outcome"])
 
     def begin(self) -> Transaction:
         return PostgresTransaction(self)

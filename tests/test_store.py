@@ -7,12 +7,13 @@ the windows are a second long and the test waits them out.
 """
 
 import importlib.util
+import subprocess
 
 import anyio
 import pytest
 
 from conftest import FakeClock
-from wire import ROOT
+from wire import ROOT, sdk2_python
 
 # Loaded under a name of its own: on sys.path, sdk2/ would shadow the 1.x server.py.
 spec = importlib.util.spec_from_file_location("sdk2_store", ROOT / "sdk2" / "store.py")
@@ -72,10 +73,9 @@ async def test_completed_record_replays_inside_its_window_and_is_dropped_after_i
     claim = await store.claim("k", FINGERPRINT)
     assert isinstance(claim, Won) and await charged(store, "k", claim.owner)
 
-    assert await store.look_up("k") == Held(FINGERPRINT, "charged 100", False)
+    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, "charged 100")  # a replay
     await opened.wait_out(WINDOW * 1.2)
-    assert await store.look_up("k") is None  # P8: past its window the key is new
-    assert isinstance(await store.claim("k", FINGERPRINT), Won)
+    assert isinstance(await store.claim("k", FINGERPRINT), Won)  # P8: past its window the key is new
 
 
 async def test_full_store_refuses_a_new_key_and_takes_one_again_once_a_record_expires(opened):
@@ -102,17 +102,16 @@ async def test_a_key_claimed_by_many_tasks_at_once_is_won_once(opened):
             tasks.start_soon(claim)
 
     assert sum(isinstance(claim, Won) for claim in claims) == 1
-    assert all(claim == Held(FINGERPRINT, None, False) for claim in claims if not isinstance(claim, Won))
+    assert all(claim == Held(FINGERPRINT, None) for claim in claims if not isinstance(claim, Won))
 
 
 async def test_a_passed_lease_is_taken_over_by_the_same_request_only(opened):
     store = opened.store
     first = await store.claim("k", FINGERPRINT)
 
-    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, None, False)  # in progress
+    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, None)  # in progress
     await opened.wait_out(WINDOW * 1.2)
-    assert await store.look_up("k") == Held(FINGERPRINT, None, True)
-    assert await store.claim("k", OTHER) == Held(FINGERPRINT, None, True)  # still a conflict, never a takeover
+    assert await store.claim("k", OTHER) == Held(FINGERPRINT, None)  # still a conflict, never a takeover
     second = await store.claim("k", FINGERPRINT)
     assert isinstance(second, Won) and second.owner != first.owner
 
@@ -129,4 +128,21 @@ async def test_a_fenced_completion_rolls_back_the_charge_it_joined(opened):
     assert await ledger(store) == {"balance": 0, "charges": 0}
     assert await charged(store, "k", retry.owner)
     assert await ledger(store) == {"balance": 100, "charges": 1}
-    assert (await store.look_up("k")).outcome == "charged 100"
+    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, "charged 100")
+
+
+BAD_STORES = [
+    pytest.param("redis://127.0.0.1/0", "unknown store", id="unknown-scheme"),
+    pytest.param("sqlite:/no/such/folder/store.db", "No such file or directory", id="sqlite-folder-missing"),
+    pytest.param("postgresql://postgres@127.0.0.1:1/none", "Error", id="postgresql-refused"),
+]
+
+
+@pytest.mark.parametrize(("url", "said"), BAD_STORES)
+def test_a_store_that_cannot_be_opened_stops_the_server_with_one_line(url, said):
+    refused = subprocess.run([sdk2_python(), str(ROOT / "sdk2" / "server.py"), "--store", url],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+
+    assert refused.returncode == 1 and refused.stdout == ""
+    [line] = refused.stderr.splitlines()
+    assert line.startswith(f"cannot open the store {url}: ") and said in line

@@ -24,9 +24,11 @@ there, or to hold the call there):
                          SQLite: `store.connect_sqlite` returns a proxy connection; the
                          cursor of `store.SQLITE_CLAIM` notes a returned owner, and the
                          next `execute("COMMIT")` kills instead of committing.
-                         PostgreSQL: `asyncpg.Connection.fetchrow` kills right after the
-                         statement `store.POSTGRES_CLAIM` returns an owner (the pool's
-                         connection proxies look the method up on the class at each call).
+                         PostgreSQL runs a claim as one statement in a transaction of its
+                         own (`store.POSTGRES_CLAIM`), so no client can die between its
+                         INSERT and its COMMIT: `asyncpg.Connection.fetchrow` kills just
+                         before that statement is sent, the nearest a client comes (the
+                         pool's connection proxies look the method up on the class).
     after-claim          the claim committed, the tool has not started:
                          `SQLiteStore.claim` / `PostgresStore.claim` kill after returning Won.
     after-charge         inside the tool, after its ledger write, before the unit of work
@@ -183,11 +185,10 @@ def before_postgres_claim_commits(asyncpg) -> None:
     fetchrow = asyncpg.Connection.fetchrow
 
     async def wrapped(self, query, *args, **options):
-        row = await fetchrow(self, query, *args, **options)
         store = sys.modules.get("store")
-        if row is not None and store is not None and query == store.POSTGRES_CLAIM:
+        if store is not None and query == store.POSTGRES_CLAIM:
             await reached("before-claim-commit")
-        return row
+        return await fetchrow(self, query, *args, **options)
 
     asyncpg.Connection.fetchrow = wrapped
 
