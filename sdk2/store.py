@@ -487,13 +487,13 @@ CREATE TABLE IF NOT EXISTS idempotency_record_count (
     n   bigint NOT NULL
 );
 INSERT INTO idempotency_record_count SELECT 1, count(*) FROM idempotency_records
-WHERE NOT EXISTS (SELECT FROM idempotency_record_count);
+WHERE NOT EXISTS (SELECT FROM idempotency_record_count) ON CONFLICT DO NOTHING;
 CREATE TABLE IF NOT EXISTS ledger (
     id       integer PRIMARY KEY CHECK (id = 1),
     balance  bigint NOT NULL,
     charges  bigint NOT NULL
 );
-INSERT INTO ledger SELECT 1, 0, 0 WHERE NOT EXISTS (SELECT FROM ledger);
+INSERT INTO ledger SELECT 1, 0, 0 WHERE NOT EXISTS (SELECT FROM ledger) ON CONFLICT DO NOTHING;
 """
 
 POSTGRES_SCHEMA_READY = "SELECT to_regprocedure('idempotency_claim(text, bytea, text, float8, bigint)') IS NOT NULL"
@@ -581,11 +581,14 @@ class PostgresStore(Store):
             # charges; CREATE INDEX would lock the whole table behind them. So the
             # schema is created only where it is missing, one instance at a time.
             if not await db.fetchval(POSTGRES_SCHEMA_READY):
-                async with db.transaction():
-                    await db.execute("SELECT pg_advisory_xact_lock(3182)")
-                    if not await db.fetchval(POSTGRES_SCHEMA_READY):  # not made while we waited
-                        await db.execute(POSTGRES_SCHEMA)
-                        await db.execute(POSTGRES_CLAIM_FUNCTION)
+                await db.execute("SELECT pg_advisory_lock(3182)")  # instances starting together take turns
+                try:
+                    if not await db.fetchval(POSTGRES_SCHEMA_READY):  # a new transaction: sees one made meanwhile
+                        async with db.transaction():
+                            await db.execute(POSTGRES_SCHEMA)
+                            await db.execute(POSTGRES_CLAIM_FUNCTION)
+                finally:
+                    await db.execute("SELECT pg_advisory_unlock(3182)")
         return cls(url, limits, pool)
 
     async def close(self) -> None:
