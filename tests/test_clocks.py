@@ -27,7 +27,7 @@ import pytest
 
 from wire import IN_PROGRESS, REPLY_TIMEOUT, error_type, start, text_of
 
-pytestmark = pytest.mark.targets("2x-http")
+pytestmark = [pytest.mark.targets("2x-http"), pytest.mark.slow]
 
 FAULTS = Path(__file__).resolve().parent / "faults"
 HOUR = 3600
