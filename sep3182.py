@@ -81,6 +81,34 @@ Amount = Annotated[
 ]
 
 
+# P8, P9, P18 on the command line: a window or a bound that is not above zero
+# would make the guarantee meaningless, so it is refused before anything serves.
+
+
+def seconds(text: str) -> float:
+    """A window in seconds (P8, P18), above zero."""
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise ValueError(text)
+    return value
+
+
+def records(text: str) -> int:
+    """A number of records (P9), at least one."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def delay(text: str) -> float:
+    """The demo's charge delay in seconds: zero or more."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise ValueError(text)
+    return value
+
+
 # ----------------------------------------------------------------------------
 # P5: rejections on the wire
 # ----------------------------------------------------------------------------

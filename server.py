@@ -310,11 +310,11 @@ async def serve() -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line: the window, the store's bound, the processor's delay and the decision log."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--retention", type=float, default=RETENTION_SECONDS, metavar="SECONDS",
+    parser.add_argument("--retention", type=sep3182.seconds, default=RETENTION_SECONDS, metavar="SECONDS",
                         help="how long a completed key is remembered (P8; default: 24 hours)")
-    parser.add_argument("--max-records", type=int, default=MAX_RECORDS, metavar="N",
+    parser.add_argument("--max-records", type=sep3182.records, default=MAX_RECORDS, metavar="N",
                         help="how many live records the store may hold (P9; default: 10000)")
-    parser.add_argument("--charge-delay", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--charge-delay", type=sep3182.delay, default=0.0, metavar="SECONDS",
                         help="how long each charge takes, to catch one in flight (default: 0)")
     parser.add_argument("--verbose", action="store_true",
                         help="log every idempotency decision on stderr (the demo turns this on)")

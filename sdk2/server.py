@@ -26,16 +26,10 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-import anyio
-import anyio.lowlevel
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # sep3182.py, shared with the 1.x server
-import sep3182  # noqa: E402
-from sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL  # noqa: E402
-from store import Full, Held, Limits, Won, open_store  # noqa: E402
-
-NEEDS_SDK2 = "this server needs the mcp 2.x SDK; install it: pip install -r sdk2/requirements.txt"
 try:
+    import anyio
+    import anyio.lowlevel
     import mcp_types
     from mcp import Client
     from mcp.server.mcpserver import Context, MCPServer
@@ -44,8 +38,13 @@ try:
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
     from pydantic import ValidationError
     from pydantic_core import from_json, to_json
-except ImportError:
-    sys.exit(NEEDS_SDK2)
+
+    import sep3182
+    from sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL
+    from store import Full, Held, Limits, Won, open_store
+except ImportError as missing:  # no SDK, or the 1.x one
+    sys.exit(f"sdk2/server.py needs the mcp 2.x SDK, which this Python cannot import ({missing}); "
+             "install it: pip install -r sdk2/requirements.txt")
 
 log = logging.getLogger("idempotency")
 
@@ -116,8 +115,7 @@ MAX_RECORDS = 10_000  # P9: a flood of unique keys costs at most this many recor
 LEASE_SECONDS = 30.0  # P18: longer than any tool here may run, short enough for a retry to wait out
 STORE = "sqlite:sep3182.db"  # P15: one file, shared by every instance started in this folder
 
-settings = argparse.Namespace(store="memory", retention=RETENTION_SECONDS, lease=LEASE_SECONDS,
-                              max_records=MAX_RECORDS, charge_delay=0.0)  # replaced by the command line
+settings: argparse.Namespace | None = None  # the command line: main() reads it before serving
 
 
 @asynccontextmanager
@@ -342,13 +340,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8000, help="HTTP: the port (default: 8000); the path is /mcp")
     parser.add_argument("--store", default=STORE, metavar="URL",
                         help=f"memory, sqlite:PATH or postgresql://... (P15; default: {STORE})")
-    parser.add_argument("--retention", type=float, default=RETENTION_SECONDS, metavar="SECONDS",
+    parser.add_argument("--retention", type=sep3182.seconds, default=RETENTION_SECONDS, metavar="SECONDS",
                         help="how long a completed key is remembered (P8; default: 24 hours)")
-    parser.add_argument("--lease", type=float, default=LEASE_SECONDS, metavar="SECONDS",
+    parser.add_argument("--lease", type=sep3182.seconds, default=LEASE_SECONDS, metavar="SECONDS",
                         help="how long a claim is held before a retry may take it over (P18; default: 30)")
-    parser.add_argument("--max-records", type=int, default=MAX_RECORDS, metavar="N",
+    parser.add_argument("--max-records", type=sep3182.records, default=MAX_RECORDS, metavar="N",
                         help="how many live records the store may hold (P9; default: 10000)")
-    parser.add_argument("--charge-delay", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--charge-delay", type=sep3182.delay, default=0.0, metavar="SECONDS",
                         help="how long each charge takes, to catch one in flight (default: 0)")
     parser.add_argument("--verbose", action="store_true",
                         help="log every idempotency decision on stderr (the demos turn this on)")

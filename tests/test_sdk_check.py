@@ -250,4 +250,36 @@ def test_an_sdk_that_cannot_be_imported_gets_the_same_one_line(tmp_path, script)
 def test_sdk2_server_without_mcp2_says_how_to_install_it():
     line = one_line(run(sys.executable, "sdk2/server.py"))  # this interpreter has mcp 1.x
 
-    assert line == "this server needs the mcp 2.x SDK; install it: pip install -r sdk2/requirements.txt"
+    assert line.startswith("sdk2/server.py needs the mcp 2.x SDK, which this Python cannot import (No module named")
+    assert line.endswith("install it: pip install -r sdk2/requirements.txt")
+
+
+# ----------------------------------------------------------------------------
+# Bad command lines: a window or a bound that would void the guarantee is refused
+# ----------------------------------------------------------------------------
+
+BAD_OPTIONS = [
+    pytest.param(("--retention", "0"), id="retention-0"),
+    pytest.param(("--retention", "-1"), id="retention-negative"),
+    pytest.param(("--max-records", "0"), id="max-records-0"),
+    pytest.param(("--charge-delay", "-1"), id="charge-delay-negative"),
+]
+
+
+def refused_option(python: str, script: str, options: tuple[str, ...]) -> None:
+    """The server exits at once with argparse's usage error naming the option, and serves nothing."""
+    refused = run(python, script, *options)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert f"argument {options[0]}: invalid" in refused.stderr.splitlines()[-1]
+
+
+@pytest.mark.targets("1x-stdio")
+@pytest.mark.parametrize("options", BAD_OPTIONS)
+def test_server_refuses_a_window_or_bound_that_is_not_positive(options):
+    refused_option(sys.executable, "server.py", options)
+
+
+@pytest.mark.targets("2x-stdio", "2x-http")
+@pytest.mark.parametrize("options", [*BAD_OPTIONS, pytest.param(("--lease", "0"), id="lease-0")])
+def test_sdk2_server_refuses_a_window_or_bound_that_is_not_positive(options):
+    refused_option(sdk2_python(), "sdk2/server.py", options)
