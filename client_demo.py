@@ -33,6 +33,7 @@ from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
 
 from sep3182 import CONFLICT, IN_PROGRESS, STORE_FULL
+from walkthrough import HELPERS, ServerLog, say, short, verdict
 
 SERVER = Path(__file__).with_name("server.py")
 RESPONSE_TIMEOUT = 0.5  # seconds; the server answers in milliseconds, so only a lost or slow response times out
@@ -41,23 +42,6 @@ SLOW_TOOL_DELAY = "1.2"  # seconds each charge takes in scenario 5: longer than 
 SHORT_RETENTION = "1"  # seconds a key is kept in scenario 7, so the demo can outwait it
 FIRST_BACK_OFF = 0.2  # seconds before retrying an in-progress key; doubled each time
 ATTEMPTS = 6  # a retry loop is bounded: after this many tries the client reports failure
-LOG_POLL = 0.01  # seconds between looks at the server's log, so its lines show as they happen
-HELPERS = {"get_balance", "reset_ledger"}  # the demo's own calls: shown as one narrated line, not as frames
-
-
-# ----------------------------------------------------------------------------
-# Printing: who says what
-# ----------------------------------------------------------------------------
-
-
-def say(who: str, text: str) -> None:
-    """One line of the walkthrough, attributed to client, server, link or ledger."""
-    print(f"  {who:<7}{text}", flush=True)
-
-
-def short(key: str) -> str:
-    """A key as the narration shows it: its first 8 characters. The frames show it whole."""
-    return key[:8] + "…"
 
 
 def frame(message: types.JSONRPCMessage) -> str:
@@ -75,36 +59,16 @@ class Link:
     """Carries frames between session and transport; can lose a response; shows what it carries."""
 
     show_every_frame: bool
-    server_log: tempfile.SpooledTemporaryFile
+    server_log: ServerLog
     lose_next: bool = False
     losing: set = field(default_factory=set)  # ids of requests whose response is to be lost
     lost_result: dict | None = None  # the result of the last response lost, as the server sent it
     delivered_result: dict | None = None  # the result of the last response delivered
-    log_seen: int = 0
-    keys: set = field(default_factory=set)  # keys sent so far, to shorten them in the server's lines
     last_request: int | None = None  # the id of the last request sent, for the narration to name
 
     def lose_next_response(self) -> None:
         """Lose the response to the next tools/call, after the server has sent it."""
         self.lose_next = True
-
-    def show_server_log(self) -> None:
-        """Print the server's decision lines written since the last look, keys shortened."""
-        self.server_log.seek(self.log_seen)
-        for line in self.server_log.read().splitlines():
-            # The server's own decisions, not SDK chatter, and not about the demo's helper calls.
-            if line.startswith("idempotency: ") and not line.endswith(tuple(f"tool={name}" for name in HELPERS)):
-                line = line.removeprefix("idempotency: ")
-                for key in self.keys:
-                    line = line.replace(repr(key), short(key))
-                say("server", line)
-        self.log_seen = self.server_log.tell()
-
-    async def follow_server_log(self) -> None:
-        """Show the server's lines as it writes them, not only when a frame comes back."""
-        while True:
-            self.show_server_log()
-            await anyio.sleep(LOG_POLL)
 
     async def outbound(self, from_session, to_server) -> None:
         """Session to server: mark the request whose response is to be lost; show the tools/call frames."""
@@ -118,7 +82,7 @@ class Link:
                         self.losing.add(request.id)
                         self.lose_next = False
                     if "idempotencyKey" in request.params:
-                        self.keys.add(request.params["idempotencyKey"])
+                        self.server_log.keys.add(request.params["idempotencyKey"])
                     if request.params["name"] not in HELPERS or self.show_every_frame:
                         say("wire →", frame(message.message))
                 elif self.show_every_frame:
@@ -131,7 +95,7 @@ class Link:
             async for message in from_server:
                 if isinstance(message, SessionMessage):
                     # The server logs a decision before it answers, so its lines go first.
-                    self.show_server_log()
+                    self.server_log.show()
                     reply = message.message.root
                     if self.show_every_frame:
                         say("wire ←", frame(message.message))
@@ -158,15 +122,15 @@ class Demo:
 async def connect(show_every_frame: bool, *server_args: str):
     """Spawn server.py with this interpreter, its decision log on, and open a client session through a link."""
     params = StdioServerParameters(command=sys.executable, args=[str(SERVER), "--verbose", *server_args])
-    with tempfile.TemporaryFile(mode="w+") as server_log:
-        async with stdio_client(params, errlog=server_log) as (from_server, to_server):
-            link = Link(show_every_frame, server_log)
+    with tempfile.TemporaryDirectory() as folder, (Path(folder) / "server.log").open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (from_server, to_server):
+            link = Link(show_every_frame, ServerLog(Path(errlog.name)))
             to_link, from_session = anyio.create_memory_object_stream(0)
             to_session, from_link = anyio.create_memory_object_stream(0)
             async with anyio.create_task_group() as pumps:
                 pumps.start_soon(link.outbound, from_session, to_server)
                 pumps.start_soon(link.inbound, from_server, to_session)
-                pumps.start_soon(link.follow_server_log)
+                pumps.start_soon(link.server_log.follow)
                 async with ClientSession(from_link, to_link) as session:
                     initialized = await session.initialize()
                     yield Demo(session, link, initialized.capabilities)
@@ -265,12 +229,6 @@ async def charge_with_lost_response(demo: Demo, tool: str, amount: int, key: str
     result = await call_tool(demo.session, tool, {"amount": amount}, key)
     say("client", f"← {text(result)}")
     return result
-
-
-def verdict(ok: bool, claim: str) -> bool:
-    """Print PASS or FAIL for one scenario's claim, and return whether it held."""
-    print(f"  {'PASS' if ok else 'FAIL'}   {claim}\n", flush=True)
-    return ok
 
 
 # ----------------------------------------------------------------------------

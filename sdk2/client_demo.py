@@ -24,12 +24,11 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-import anyio
-
 # The server module checks the SDK on import (one line and exit 1 without mcp 2.x)
 # and defines the request model that carries the key: the 2.x params model drops it.
 from server import KeyedCall, KeyedCallParams  # isort: skip
 
+import anyio  # noqa: E402
 import mcp_types as types  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
@@ -38,31 +37,15 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp.shared.message import SessionMessage  # noqa: E402
 
 from sep3182 import CONFLICT, IN_PROGRESS, STORE_FULL  # noqa: E402
+from walkthrough import HELPERS, ServerLog, say, short, verdict  # noqa: E402
 
 SERVER = Path(__file__).with_name("server.py")
 RESPONSE_TIMEOUT = 0.5  # seconds; the server answers in milliseconds, so only a lost or slow response times out
 SLOW_TOOL_DELAY = "1.2"  # seconds each charge takes in scenario 4: longer than the client's timeout
 FIRST_BACK_OFF = 0.2  # seconds before retrying an in-progress key; doubled each time
 ATTEMPTS = 6  # a retry loop is bounded: after this many tries the client reports failure
-LOG_POLL = 0.01  # seconds between looks at the server's log, so its lines show as they happen
 HTTP_START_TIMEOUT = 20  # seconds the HTTP server may take to listen
-HELPERS = {"get_balance", "reset_ledger"}  # the demo's own calls: shown as one narrated line, not as frames
 TIMED_OUT = -32001  # how the 2.x client reports that it stopped waiting (it also cancels, on stdio)
-
-
-# ----------------------------------------------------------------------------
-# Printing: who says what
-# ----------------------------------------------------------------------------
-
-
-def say(who: str, text: str) -> None:
-    """One line of the walkthrough, attributed to client, server, link or ledger."""
-    print(f"  {who:<7}{text}", flush=True)
-
-
-def short(key: str) -> str:
-    """A key as the narration shows it: its first 8 characters. The frames show it whole."""
-    return key[:8] + "…"
 
 
 def frame(message) -> str:
@@ -80,42 +63,19 @@ class Link:
     """Carries frames between session and transport; can lose a response; shows what it carries."""
 
     show_every_frame: bool
-    server_log: Path
-    who: str = "server"  # how the narration names the server behind this link
+    server_log: ServerLog
     show_calls: bool = True  # print the frame of each tools/call the demo makes
     lose_next: bool = False
     losing: set = field(default_factory=set)  # ids of requests whose response is to be lost
     lost_result: dict | None = None  # the result of the last response lost, as the server sent it
     delivered_result: dict | None = None  # the result of the last response delivered
     discovered: dict | None = None  # the server/discover result as it came off the wire
-    log_seen: int = 0
-    keys: set = field(default_factory=set)  # keys sent so far, to shorten them in the server's lines
     last_request: int | str | None = None  # the id of the last request sent, for the narration to name
     discover_id: int | str | None = None
 
     def lose_next_response(self) -> None:
         """Lose the response to the next tools/call, after the server has sent it."""
         self.lose_next = True
-
-    def show_server_log(self) -> None:
-        """Print the server's decision lines written since the last look, keys shortened."""
-        with self.server_log.open() as log:
-            log.seek(self.log_seen)
-            text = log.read()
-            self.log_seen = log.tell()
-        for line in text.splitlines():
-            # The server's own decisions, not SDK chatter, and not about the demo's helper calls.
-            if line.startswith("idempotency: ") and not line.endswith(tuple(f"tool={name}" for name in HELPERS)):
-                line = line.removeprefix("idempotency: ")
-                for key in self.keys:
-                    line = line.replace(repr(key), short(key))
-                say(self.who, line)
-
-    async def follow_server_log(self) -> None:
-        """Show the server's lines as it writes them, not only when a frame comes back."""
-        while True:
-            self.show_server_log()
-            await anyio.sleep(LOG_POLL)
 
     async def outbound(self, from_session, to_server) -> None:
         """Session to server: mark the request whose response is to be lost; show the tools/call frames."""
@@ -131,7 +91,7 @@ class Link:
                         self.losing.add(request.id)
                         self.lose_next = False
                     if "idempotencyKey" in request.params:
-                        self.keys.add(request.params["idempotencyKey"])
+                        self.server_log.keys.add(request.params["idempotencyKey"])
                     if (self.show_calls and request.params["name"] not in HELPERS) or self.show_every_frame:
                         say("wire →", frame(request))
                 elif self.show_every_frame:
@@ -144,7 +104,7 @@ class Link:
             async for message in from_server:
                 if isinstance(message, SessionMessage):
                     # The server logs a decision before it answers, so its lines go first.
-                    self.show_server_log()
+                    self.server_log.show()
                     reply = message.message
                     if self.show_every_frame:
                         say("wire ←", frame(reply))
@@ -169,7 +129,7 @@ async def linked(transport, link: Link):
         async with anyio.create_task_group() as pumps:
             pumps.start_soon(link.outbound, from_session, to_server)
             pumps.start_soon(link.inbound, from_server, to_session)
-            pumps.start_soon(link.follow_server_log)
+            pumps.start_soon(link.server_log.follow)
             yield from_link, to_link
             pumps.cancel_scope.cancel()
 
@@ -237,7 +197,7 @@ async def connect(transport: str, show_every_frame: bool, *server_args: str):
         log = Path(folder) / "server.log"
         log.touch()
         arguments = ["--verbose", "--store", f"sqlite:{folder}/store.db", *server_args]
-        link = Link(show_every_frame, log)
+        link = Link(show_every_frame, ServerLog(log))
         if transport == "stdio":
             with log.open("w") as errlog:
                 inner = stdio_client(StdioServerParameters(command=sys.executable, args=[str(SERVER), *arguments]),
@@ -338,12 +298,6 @@ async def charge_with_lost_response(demo: Demo, tool: str, amount: int, key: str
     result = await call_tool(demo, tool, {"amount": amount}, key)
     say("client", f"← {text(result)}")
     return result
-
-
-def verdict(ok: bool, claim: str) -> bool:
-    """Print PASS or FAIL for one scenario's claim, and return whether it held."""
-    print(f"  {'PASS' if ok else 'FAIL'}   {claim}\n", flush=True)
-    return ok
 
 
 # ----------------------------------------------------------------------------

@@ -24,14 +24,14 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from client_demo import (TIMED_OUT, Link, call_tool, linked, listening, new_key, rejection_type, say, short,  # isort: skip
-                         start_http_server, text, verdict)
+from client_demo import TIMED_OUT, Link, call_tool, linked, listening, new_key, rejection_type, start_http_server, text  # isort: skip
 
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
 from sep3182 import CONFLICT, IN_PROGRESS  # noqa: E402
+from walkthrough import ServerLog, say, short, verdict  # noqa: E402
 
 SLOW_CHARGE = "1"  # seconds a charge takes in scenario 4: long enough to retry meanwhile
 SHORT_LEASE = "2"  # seconds in scenario 6: how long a dead instance's claim holds the key
@@ -78,7 +78,7 @@ class Cluster:
         log.touch()
         process, url = start_http_server(["--verbose", "--store", store or self.store, *server_args], log)
         await listening(process, url, log)
-        link = Link(show_every_frame=False, server_log=log, who=name, show_calls=False)  # client_demo shows frames
+        link = Link(show_every_frame=False, server_log=ServerLog(log, who=name), show_calls=False)  # client_demo shows frames
         client = Client(linked(streamable_http_client(url), link), mode="auto")
         connection = await self.connections.start(hold_open, client)
         self.instances.append(Instance(name, store or self.store, process, client, link, connection))

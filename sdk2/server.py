@@ -43,7 +43,7 @@ try:
     from sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL
     from store import Full, Held, Limits, Won, open_store
 except ImportError as missing:  # no SDK, or the 1.x one
-    sys.exit(f"sdk2/server.py needs the mcp 2.x SDK, which this Python cannot import ({missing}); "
+    sys.exit(f"{Path(sys.argv[0]).name} needs the mcp 2.x SDK, which this Python cannot import ({missing}); "
              "install it: pip install -r sdk2/requirements.txt")
 
 log = logging.getLogger("idempotency")

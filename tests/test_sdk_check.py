@@ -250,7 +250,7 @@ def test_an_sdk_that_cannot_be_imported_gets_the_same_one_line(tmp_path, script)
 def test_sdk2_server_without_mcp2_says_how_to_install_it():
     line = one_line(run(sys.executable, "sdk2/server.py"))  # this interpreter has mcp 1.x
 
-    assert line.startswith("sdk2/server.py needs the mcp 2.x SDK, which this Python cannot import (No module named")
+    assert line.startswith("server.py needs the mcp 2.x SDK, which this Python cannot import (No module named")
     assert line.endswith("install it: pip install -r sdk2/requirements.txt")
 
 
