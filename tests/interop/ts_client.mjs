@@ -10,6 +10,7 @@
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { runChecks, sepChecks, through } from "./checks.mjs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -58,20 +59,7 @@ function call(name, args, key) {
   return client.request({ method: "tools/call", params }, CallToolResultSchema);
 }
 
-/** The JSON-RPC error a call is rejected with, as {code, data}, or null if it was not rejected. */
-async function rejection(name, args, key) {
-  try {
-    await call(name, args, key);
-    return null;
-  } catch (error) {
-    return { code: error.code, data: error.data };
-  }
-}
-
-/** Ground truth: the ledger as get_balance reads it. */
-async function ledger() {
-  return JSON.parse((await call("get_balance", {})).content[0].text);
-}
+const { ledger } = through(call);
 
 const checks = [
   ["the handshake is initialize, at this SDK's latest revision", async () => {
@@ -90,47 +78,7 @@ const checks = [
     assert.deepEqual(retry, first);
     assert.deepEqual(await ledger(), { balance: 100, charges: 1 });
   }],
-  ["the same key with different arguments is idempotency_key_conflict", async () => {
-    const key = randomUUID();
-    await call("charge_guarded", { amount: 5 }, key);
-    assert.deepEqual(await rejection("charge_guarded", { amount: 6 }, key),
-      { code: -32602, data: { type: "idempotency_key_conflict", idempotencyKey: key } });
-    assert.deepEqual(await ledger(), { balance: 5, charges: 1 });
-  }],
-  ["a key that is not a string is invalid_idempotency_key and runs nothing", async () => {
-    assert.deepEqual(await rejection("charge_guarded", { amount: 7 }, 42),
-      { code: -32602, data: { type: "invalid_idempotency_key" } });
-    assert.deepEqual(await ledger(), { balance: 0, charges: 0 });
-  }],
-  ["an empty key is invalid_idempotency_key and runs nothing", async () => {
-    assert.deepEqual(await rejection("charge_guarded", { amount: 7 }, ""),
-      { code: -32602, data: { type: "invalid_idempotency_key" } });
-    assert.deepEqual(await ledger(), { balance: 0, charges: 0 });
-  }],
-  ["without a key, every call runs", async () => {
-    await call("charge_guarded", { amount: 1 });
-    await call("charge_guarded", { amount: 1 });
-    assert.deepEqual(await ledger(), { balance: 2, charges: 2 });
-  }],
+  ...sepChecks(call),
 ];
 
-/** One line on why a check failed. */
-function reason(error) {
-  if (error.code !== "ERR_ASSERTION" || !error.generatedMessage) return error.message;
-  return `got ${JSON.stringify(error.actual)}, expected ${JSON.stringify(error.expected)}`;
-}
-
-let passed = 0;
-for (const [claim, check] of checks) {
-  try {
-    await call("reset_ledger", {}); // each check starts from an empty ledger, with keys of its own
-    await check();
-    passed += 1;
-    console.log(`PASS  ${claim}`);
-  } catch (error) {
-    console.log(`FAIL  ${claim}: ${reason(error)}`);
-  }
-}
-await client.close();
-console.log(`typescript-sdk 1.x over ${kind}: ${passed} passed, ${checks.length - passed} failed`);
-process.exit(passed === checks.length ? 0 : 1);
+await runChecks(`typescript-sdk 1.x over ${kind}`, checks, { call, close: () => client.close() });
