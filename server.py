@@ -130,11 +130,8 @@ def get_balance() -> dict[str, int]:
 # 3. The dispatch layer
 # ----------------------------------------------------------------------------
 
-RETENTION_SECONDS = 24 * 60 * 60  # P8: Stripe's window; outlasts any client's retry loop
-MAX_RECORDS = 10_000  # P9: a flood of unique keys costs at most this many records
-
-retention_seconds = RETENTION_SECONDS  # --retention
-max_records = MAX_RECORDS  # --max-records
+retention_seconds = sep3182.RETENTION_SECONDS  # --retention (P8)
+max_records = sep3182.MAX_RECORDS  # --max-records (P9)
 clock = time.monotonic  # P8: tests move a fake clock instead of sleeping
 
 
@@ -310,14 +307,7 @@ async def serve() -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line: the window, the store's bound, the processor's delay and the decision log."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--retention", type=sep3182.seconds, default=RETENTION_SECONDS, metavar="SECONDS",
-                        help="how long a completed key is remembered (P8; default: 24 hours)")
-    parser.add_argument("--max-records", type=sep3182.records, default=MAX_RECORDS, metavar="N",
-                        help="how many live records the store may hold (P9; default: 10000)")
-    parser.add_argument("--charge-delay", type=sep3182.delay, default=0.0, metavar="SECONDS",
-                        help="how long each charge takes, to catch one in flight (default: 0)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="log every idempotency decision on stderr (the demo turns this on)")
+    sep3182.add_common_options(parser)
     return parser.parse_args(argv)
 
 

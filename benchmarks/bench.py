@@ -75,6 +75,7 @@ from mcp.shared.memory import create_connected_server_and_client_session
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+import sep3182  # noqa: E402
 from client_demo import call_tool  # noqa: E402
 from wire import (  # noqa: E402
     ABSENT, REPLY_TIMEOUT, SDK2_SERVER, SERVER, TARGETS, HttpWire, LegacyStdioWire, ModernStdioWire, Wire,
@@ -171,7 +172,7 @@ def launch_all(*specs: tuple[tuple, dict]) -> list[Wire]:
     return wires
 
 
-MAX_RECORDS = 10_000  # both servers' default bound on live records (P9)
+MAX_RECORDS = sep3182.MAX_RECORDS  # both servers' default bound on live records (P9)
 
 
 def room_for(records: int) -> tuple[str, ...]:

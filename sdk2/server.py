@@ -110,8 +110,6 @@ def sdk_hides_the_key() -> str | None:
 # 2. The ledger and its tools: no idempotency code below this line until part 3
 # ----------------------------------------------------------------------------
 
-RETENTION_SECONDS = 24 * 60 * 60  # P8: Stripe's window; outlasts any client's retry loop
-MAX_RECORDS = 10_000  # P9: a flood of unique keys costs at most this many records
 LEASE_SECONDS = 30.0  # P18: longer than any tool here may run, short enough for a retry to wait out
 STORE = "sqlite:sep3182.db"  # P15: one file, shared by every instance started in this folder
 
@@ -340,16 +338,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8000, help="HTTP: the port (default: 8000); the path is /mcp")
     parser.add_argument("--store", default=STORE, metavar="URL",
                         help=f"memory, sqlite:PATH or postgresql://... (P15; default: {STORE})")
-    parser.add_argument("--retention", type=sep3182.seconds, default=RETENTION_SECONDS, metavar="SECONDS",
-                        help="how long a completed key is remembered (P8; default: 24 hours)")
     parser.add_argument("--lease", type=sep3182.seconds, default=LEASE_SECONDS, metavar="SECONDS",
                         help="how long a claim is held before a retry may take it over (P18; default: 30)")
-    parser.add_argument("--max-records", type=sep3182.records, default=MAX_RECORDS, metavar="N",
-                        help="how many live records the store may hold (P9; default: 10000)")
-    parser.add_argument("--charge-delay", type=sep3182.delay, default=0.0, metavar="SECONDS",
-                        help="how long each charge takes, to catch one in flight (default: 0)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="log every idempotency decision on stderr (the demos turn this on)")
+    sep3182.add_common_options(parser)
     return parser.parse_args(argv)
 
 
