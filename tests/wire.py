@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +62,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-class Wire:
+class Wire(ABC):
     """A server process, started and ready, spoken to in raw JSON-RPC messages."""
 
     def __init__(self, target: str, command: list[str]):
@@ -79,25 +80,25 @@ class Wire:
         """The message as this target's revision wants it on the wire."""
         return message
 
+    @abstractmethod
     def send_text(self, text: str, message) -> None:
         """Send one JSON-RPC message written as `text`; `message` is it parsed, or None if it is not JSON."""
-        raise NotImplementedError
 
     def envelope_text(self, members: str) -> str:
         """Params members as written, with this revision's envelope added as text (nothing is re-spelled)."""
         return members
 
+    @abstractmethod
     def raw_reply(self, request_id, timeout: float = REPLY_TIMEOUT) -> str:
         """The response for `request_id`, exactly as the server wrote it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def cancel(self, request_id) -> None:
         """Give up on a request the way the 2.x Python client does when it times out."""
-        raise NotImplementedError
 
+    @abstractmethod
     def answered(self, request_id) -> bool:
         """Has the response to `request_id` arrived yet? (Does not wait.)"""
-        raise NotImplementedError
 
     # --- the same on every target -------------------------------------------
 
@@ -174,9 +175,9 @@ class Wire:
                 raise AssertionError(f"server never logged {text!r}; its log:\n{self.log()}")
             time.sleep(0.01)
 
+    @abstractmethod
     def close(self) -> int:
         """End the session the way a client of this transport does; return the server's exit code."""
-        raise NotImplementedError
 
 
 class StdioWire(Wire):
