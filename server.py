@@ -140,7 +140,10 @@ class Record:
     """What the server remembers about one key."""
 
     fingerprint: bytes
-    outcome: types.ServerResult | types.ErrorData | None = None  # None: still running
+    # The handler's outcome as its JSON: a few hundred bytes that the garbage
+    # collector never walks, where the SDK's objects took 2 KB. None: still running.
+    outcome: bytes | None = None
+    failed: bool = False  # the outcome is a JSON-RPC error, not a result
     expires_at: float = math.inf  # P8: the window opens when the outcome is recorded
 
 
@@ -196,7 +199,8 @@ def claim(key: str, fingerprint: bytes) -> Record:
 
 def complete(key: str, record: Record, outcome: types.ServerResult | types.ErrorData) -> None:
     """P6, P8: keep the outcome for replay, and open its retention window."""
-    record.outcome = outcome
+    record.outcome = outcome.model_dump_json(by_alias=True, exclude_none=True).encode()
+    record.failed = isinstance(outcome, types.ErrorData)
     record.expires_at = clock() + retention_seconds
     del _running[key]
     _completed[key] = record  # at the back: completion order is expiry order
@@ -207,6 +211,13 @@ def reply(outcome: types.ServerResult | types.ErrorData) -> types.ServerResult:
     if isinstance(outcome, types.ErrorData):
         raise McpError(outcome)
     return outcome
+
+
+def recorded(record: Record) -> types.ServerResult | types.ErrorData:
+    """P6: the outcome a record keeps, as the objects the handler returned; tools/call results only."""
+    if record.failed:
+        return types.ErrorData.model_validate_json(record.outcome)
+    return types.ServerResult(types.CallToolResult.model_validate_json(record.outcome))
 
 
 async def outcome_of(request: types.CallToolRequest) -> types.ServerResult | types.ErrorData:
@@ -254,7 +265,7 @@ async def idempotent_call_tool(request: types.CallToolRequest) -> types.ServerRe
         log.debug("in progress: key=%r", key)
         raise rejection(IN_PROGRESS, key)
     log.debug("replayed: key=%r", key)  # P4.4 (SEP S2): the tool does not run
-    return reply(record.outcome)
+    return reply(recorded(record))
 
 
 # ----------------------------------------------------------------------------
