@@ -59,9 +59,11 @@ def fingerprint(tool: str, arguments: dict | None) -> bytes:
     # (E3); strings are compared as parsed, escapes already resolved, with no
     # Unicode normalisation (E4); absent arguments count as {} and _meta is never
     # passed in (E1). pydantic's serialiser costs a fraction of json.dumps;
-    # "constants" keeps an infinity apart from null.
+    # "constants" keeps an infinity apart from null. BLAKE2b is CPython's own:
+    # hashlib.sha256 goes through OpenSSL 3, whose set-up for each digest cost a
+    # keyed call of the demo about 10 µs more (benchmarks/).
     text = to_json([tool, as_json_value(arguments or {})], inf_nan_mode="constants")
-    return hashlib.sha256(text).digest()
+    return hashlib.blake2b(text, digest_size=32).digest()
 
 
 # P3, applied to the demo's tools: both servers' charge tools take 100 and 100.0
