@@ -272,6 +272,13 @@ CREATE TABLE IF NOT EXISTS idempotency_records (
     expires_at   REAL            -- completed: when the retention window closes (P8)
 );
 CREATE INDEX IF NOT EXISTS idempotency_records_expiry ON idempotency_records (expires_at) WHERE expires_at IS NOT NULL;
+-- P9: how many records there are, kept in step by every claim and purge, so that
+-- no claim has to count the table (a count is a walk of every key).
+CREATE TABLE IF NOT EXISTS idempotency_record_count (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    n   INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO idempotency_record_count SELECT 1, count(*) FROM idempotency_records;
 CREATE TABLE IF NOT EXISTS ledger (
     id       INTEGER PRIMARY KEY CHECK (id = 1),
     balance  INTEGER NOT NULL,
@@ -299,6 +306,9 @@ WHERE idempotency_records.outcome IS NULL
   AND idempotency_records.fingerprint = excluded.fingerprint
 RETURNING owner
 """
+
+SQLITE_NEW_KEY = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)"
+SQLITE_SET_COUNT = "UPDATE idempotency_record_count SET n = ?"
 
 # P18: only the claim's owner may complete it; a claim taken over is fenced off.
 SQLITE_COMPLETE = """
@@ -372,20 +382,25 @@ class SQLiteStore(Store):
         holder = db.execute(SQLITE_HOLDER, {"key": key, "now": now}).fetchone()
         if holder is not None and not (holder[2] and holder[0] == fingerprint):
             return Held(holder[0], holder[1])  # no write at all: a replay, a conflict, in progress
-        db.execute("BEGIN IMMEDIATE")  # no other writer from here to COMMIT
+        db.execute("BEGIN IMMEDIATE")  # no other writer from here to COMMIT: what is read now stays true
         try:
-            db.execute("DELETE FROM idempotency_records WHERE expires_at <= ?", (now,))  # P8
+            purged = db.execute("DELETE FROM idempotency_records WHERE expires_at <= ?", (now,)).rowcount  # P8
+            # P9: only a new key adds a record (a takeover reuses its row), so only
+            # a new key can be refused. This read decides the count, not the claim.
+            new_key = db.execute(SQLITE_NEW_KEY, (key,)).fetchone()[0]
+            live = db.execute("SELECT n FROM idempotency_record_count").fetchone()[0] - purged
+            if new_key and live >= self.limits.max_records:
+                db.execute(SQLITE_SET_COUNT, (live,))
+                db.execute("COMMIT")  # keep the purge
+                return Full()
+            db.execute(SQLITE_SET_COUNT, (live + new_key,))
             owner = new_owner()
             won = db.execute(SQLITE_CLAIM, {"key": key, "fingerprint": fingerprint, "owner": owner,
                                             "now": now, "lease": self.limits.lease}).fetchone()
-            if won is None:  # another process got in between the read and BEGIN
+            if won is None:  # another process claimed or completed it between the read and BEGIN
                 holder = db.execute(SQLITE_HOLDER, {"key": key, "now": now}).fetchone()
                 db.execute("COMMIT")  # keep the purge
                 return Held(holder[0], holder[1])
-            # P9: a takeover adds no row, so only a new key can push the count past the bound.
-            if db.execute("SELECT count(*) FROM idempotency_records").fetchone()[0] > self.limits.max_records:
-                db.execute("ROLLBACK")
-                return Full()
             db.execute("COMMIT")
             return Won(owner)
         except BaseException:

@@ -7,15 +7,17 @@ import sqlite3
 from collections import Counter
 
 
-def read_store(url: str) -> tuple[dict, dict]:
-    """The ledger and every record's outcome (None while running), read in one snapshot."""
+def read_store(url: str) -> tuple[dict, dict, int]:
+    """The ledger, every record's outcome (None while running) and the store's own count of
+    its records (P9), read in one snapshot."""
     if url.startswith("sqlite:"):
         with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:"), isolation_level=None)) as db:
             db.execute("BEGIN")
             balance, charges = db.execute("SELECT balance, charges FROM ledger").fetchone()
             records = dict(db.execute("SELECT key, outcome FROM idempotency_records"))
+            (counted,) = db.execute("SELECT n FROM idempotency_record_count").fetchone()
             db.execute("COMMIT")
-        return {"balance": balance, "charges": charges}, records
+        return {"balance": balance, "charges": charges}, records, counted
 
     import anyio
     import asyncpg
@@ -27,7 +29,8 @@ def read_store(url: str) -> tuple[dict, dict]:
                 ledger = dict(await db.fetchrow("SELECT balance, charges FROM ledger"))
                 records = {row["key"]: row["outcome"]
                            for row in await db.fetch("SELECT key, outcome FROM idempotency_records")}
-            return ledger, records
+                counted = await db.fetchval("SELECT n FROM idempotency_record_count")
+            return ledger, records, counted
         finally:
             await db.close()
 
@@ -38,13 +41,15 @@ CHARGED = re.compile(r"Charged (\d+)\. New balance: (\d+)")
 
 
 def audit(url: str) -> tuple[dict, set]:
-    """Check that the ledger holds exactly the recorded charges; return {key: (amount, balance)} and running keys.
+    """Check that the ledger holds exactly the recorded charges, and that the store's count of
+    its records is true; return {key: (amount, balance)} and the running keys.
 
     Charges commit one after another, so the balances the completed records report,
     sorted, must climb from 0 by each record's own amount to the ledger's balance,
     in as many steps as the ledger counts charges.
     """
-    ledger, records = read_store(url)
+    ledger, records, counted = read_store(url)
+    assert counted == len(records), f"the store counts {counted} records and holds {len(records)}: P9's bound drifted"
     completed = {}
     for key, outcome in records.items():
         if outcome is not None:

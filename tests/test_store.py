@@ -116,6 +116,17 @@ async def test_a_passed_lease_is_taken_over_by_the_same_request_only(opened):
     assert isinstance(second, Won) and second.owner != first.owner
 
 
+async def test_a_takeover_reuses_its_record_so_the_bound_counts_keys_not_claims(opened):
+    """P9, P18: a key taken over once its lease passed is still one record of the two allowed."""
+    store = opened.store
+    await store.claim("a", FINGERPRINT)
+    await opened.wait_out(WINDOW * 1.2)
+    assert isinstance(await store.claim("a", FINGERPRINT), Won)  # the takeover
+
+    assert isinstance(await store.claim("b", FINGERPRINT), Won)
+    assert await store.claim("c", FINGERPRINT) == Full()
+
+
 async def test_a_fenced_completion_rolls_back_the_charge_it_joined(opened):
     """P17, P18: the original outlived its lease and a retry took over: the original's charge is
     rolled back with its refused completion, and the retry's charge is the only one."""
