@@ -31,7 +31,8 @@ try:
     import anyio
     import anyio.lowlevel
     import mcp.types as types
-    
+    from pydantic_core import to_json
+
     import sep3182
     from sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL
 except ImportError as missing:  # no SDK, or one that cannot be imported (mcp 1.9 beside pydantic 2.14)
@@ -199,8 +200,10 @@ def claim(key: str, fingerprint: bytes) -> Record:
 
 def complete(key: str, record: Record, outcome: types.ServerResult | types.ErrorData) -> None:
     """P6, P8: keep the outcome for replay, and open its retention window."""
-    record.outcome = outcome.model_dump_json(by_alias=True, exclude_none=True).encode()
     record.failed = isinstance(outcome, types.ErrorData)
+    # A result's JSON is its CallToolResult's: serialising that, not the ServerResult
+    # union around it, spares pydantic a search through every kind of result.
+    record.outcome = to_json(outcome if record.failed else outcome.root, by_alias=True, exclude_none=True)
     record.expires_at = clock() + retention_seconds
     del _running[key]
     _completed[key] = record  # at the back: completion order is expiry order
