@@ -143,42 +143,32 @@ def before_sqlite_claim_commits(store) -> None:
     store.connect_sqlite = connect_sqlite  # SQLiteStore looks the name up in its module at each call
 
 
-def after_claim_wins(store) -> None:
-    for cls in (store.SQLiteStore, store.PostgresStore):
-        claim = cls.claim
+def reach_after(classes, name: str, phase: str, when=lambda result: True) -> None:
+    """Wrap each class's async method `name`: once it returns a result `when` accepts, `phase` is reached."""
+    for cls in classes:
+        method = getattr(cls, name)
 
-        async def wrapped(self, key, fingerprint, claim=claim):
-            result = await claim(self, key, fingerprint)
-            if isinstance(result, store.Won):
-                await reached("after-claim")
+        async def wrapped(self, *args, method=method):
+            result = await method(self, *args)
+            if when(result):
+                await reached(phase)
             return result
 
-        cls.claim = wrapped
+        setattr(cls, name, wrapped)
+
+
+def after_claim_wins(store) -> None:
+    reach_after((store.SQLiteStore, store.PostgresStore), "claim", "after-claim",
+                lambda claim: isinstance(claim, store.Won))
 
 
 def after_charge(store) -> None:
-    for cls in (store.SQLiteTransaction, store.PostgresTransaction):
-        charge = cls.charge
-
-        async def wrapped(self, amount, charge=charge):
-            balance = await charge(self, amount)
-            await reached("after-charge")
-            return balance
-
-        cls.charge = wrapped
+    reach_after((store.SQLiteTransaction, store.PostgresTransaction), "charge", "after-charge")
 
 
 def after_completing_commit(store) -> None:
-    for cls in (store.SQLiteTransaction, store.PostgresTransaction):
-        commit_with_record = cls.commit_with_record
-
-        async def wrapped(self, key, owner, outcome, commit_with_record=commit_with_record):
-            committed = await commit_with_record(self, key, owner, outcome)
-            if committed:
-                await reached("after-commit")
-            return committed
-
-        cls.commit_with_record = wrapped
+    reach_after((store.SQLiteTransaction, store.PostgresTransaction), "commit_with_record", "after-commit",
+                lambda committed: committed)
 
 
 def before_postgres_claim_commits(asyncpg) -> None:
