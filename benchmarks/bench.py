@@ -581,8 +581,6 @@ class Postgres:
             self.missing = "no PostgreSQL: pass --postgres URL or set SEP3182_POSTGRES"
             return
         try:
-            import asyncpg  # noqa: F401  (tests/requirements.txt has it)
-
             self.version = anyio.run(self._fetch, self.admin_url, "SHOW server_version")
         except Exception as error:  # no asyncpg, nothing listening, bad credentials
             # The URL is not repeated: it may carry a password, and this line goes into RESULTS.md.
@@ -591,7 +589,7 @@ class Postgres:
     @staticmethod
     async def _fetch(url: str, query: str, *more: str):
         """The first value of `query` on a new connection to `url`, after running `more` first."""
-        import asyncpg
+        import asyncpg  # only section 5 needs it (tests/requirements.txt has it)
 
         connection = await asyncpg.connect(url)
         try:
