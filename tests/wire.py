@@ -55,11 +55,24 @@ def sdk2_python() -> str:
     return str(SDK2_PYTHON)
 
 
+PORTS_HANDED_OUT: set[int] = set()
+PORTS_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on right now, and that no server of this process was given."""
+    # Servers started together (a batch of crash victims, the bench's servers) each
+    # get a port before any of them binds it, and the kernel may offer the same free
+    # port twice: the second server would then fail to bind while the first answered
+    # its readiness check (seen once in CI, in a batch of crash victims).
+    with PORTS_LOCK:
+        while True:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            if port not in PORTS_HANDED_OUT:
+                PORTS_HANDED_OUT.add(port)
+                return port
 
 
 class Wire(ABC):
