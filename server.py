@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "sdk2"))  # interim: server.py reads alone next
 SETUP = "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt"
 try:
     import anyio

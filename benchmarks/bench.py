@@ -74,7 +74,7 @@ from mcp.shared.exceptions import McpError
 from mcp.shared.memory import create_connected_server_and_client_session
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "sdk2"), str(ROOT / "tests")]
 import sep3182  # noqa: E402
 from client_demo import call_tool  # noqa: E402
 from wire import (  # noqa: E402

@@ -16,7 +16,7 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sdk2"))
 import sep3182  # noqa: E402  (SDK-free: both interpreters import the same rules)
 
 try:

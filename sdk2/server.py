@@ -26,7 +26,6 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # sep3182.py, shared with the 1.x server
 try:
     import anyio
     import anyio.lowlevel
