@@ -1,0 +1,357 @@
+// SEP-3182 on the official TypeScript SDK: an McpServer (@modelcontextprotocol/sdk 1.32.2)
+// that honours idempotencyKey on tools/call, over stdio or stateless Streamable HTTP.
+//
+//   node typescript/server.mjs [--transport stdio|http] [--port 8000] [--retention S]
+//                              [--max-records N] [--charge-delay S] [--verbose]
+//
+// Read it top to bottom, in the order of the SEP:
+//
+// 1. the ledger and its four tools, which know nothing about idempotency;
+// 2. the rules that need no SDK: a valid key (P2), the same request (P3), the
+//    rejections (P5), and an in-memory store with a window (P8) and a bound (P9);
+// 3. the dispatch layer: the SDK's tools/call schema strips idempotencyKey before
+//    any handler sees it (README.md: found by running it), so the layer sits in
+//    front of the SDK, on the public Transport interface: it reads each raw
+//    JSON-RPC message before the SDK does, and each response before it leaves;
+// 4. the capability (P11), the command line and the transports.
+//
+// "SEP X9" names a rule of SEP-3182 and "P9" a position this project takes where
+// the SEP is silent; tests/CONFORMANCE.md lists both. Decisions go to stderr in
+// the same words as the Python servers, so tests and the kit can follow them.
+
+import { createHash } from "node:crypto";
+import { createServer } from "node:http";
+import { parseArgs } from "node:util";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { z } from "zod";
+
+// ----------------------------------------------------------------------------
+// The command line
+// ----------------------------------------------------------------------------
+
+const RETENTION_SECONDS = 24 * 60 * 60; // P8: the Python servers' default window
+const MAX_RECORDS = 10_000; // P9: the Python servers' default bound
+
+/** A number from the command line, or exit with one line naming the option. */
+function number(name, text, { min, above }) {
+  const value = Number(text);
+  if (!Number.isFinite(value) || (above !== undefined && !(value > above)) || (min !== undefined && value < min)) {
+    console.error(`server.mjs: --${name} must be a number ${above !== undefined ? `above ${above}` : `of at least ${min}`}, not ${text}`);
+    process.exit(2);
+  }
+  return value;
+}
+
+/** The command line: transport, window, bound, the processor's delay, the decision log. */
+function settingsFrom(argv) {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      transport: { type: "string", default: "stdio" },
+      host: { type: "string", default: "127.0.0.1" },
+      port: { type: "string", default: "8000" },
+      retention: { type: "string", default: String(RETENTION_SECONDS) },
+      "max-records": { type: "string", default: String(MAX_RECORDS) },
+      "charge-delay": { type: "string", default: "0" },
+      verbose: { type: "boolean", default: false },
+    },
+  });
+  if (!["stdio", "http"].includes(values.transport)) {
+    console.error(`server.mjs: --transport is stdio or http, not ${values.transport}`);
+    process.exit(2);
+  }
+  const maxRecords = number("max-records", values["max-records"], { min: 1 });
+  if (!Number.isInteger(maxRecords)) number("max-records", "a fraction", { min: 1 });
+  return {
+    transport: values.transport,
+    host: values.host,
+    port: number("port", values.port, { min: 0 }),
+    retention: number("retention", values.retention, { above: 0 }),
+    maxRecords,
+    chargeDelay: number("charge-delay", values["charge-delay"], { min: 0 }),
+    verbose: values.verbose,
+  };
+}
+
+const settings = settingsFrom(process.argv.slice(2));
+
+/** One decision of the idempotency layer on stderr, as the Python servers word it (stdout is the protocol). */
+function log(line) {
+  if (settings.verbose) process.stderr.write(`idempotency: ${line}\n`);
+}
+
+// ----------------------------------------------------------------------------
+// 1. The ledger and its tools: no idempotency code in this part
+// ----------------------------------------------------------------------------
+
+const ledger = { balance: 0, charges: 0 };
+
+/** Apply one charge to the ledger: the side effect that must not happen twice. */
+async function charge(amount) {
+  await new Promise((resolve) => setTimeout(resolve, settings.chargeDelay * 1000)); // a slow payment processor
+  ledger.balance += amount;
+  ledger.charges += 1;
+  return { content: [{ type: "text", text: `Charged ${amount}. New balance: ${ledger.balance}` }] };
+}
+
+// P3, applied to the demo's tools as in sdk2/sep3182.py's Amount: a positive whole
+// number; 100 and 100.0 are one JSON number once parsed.
+const amount = { amount: z.number().int().positive() };
+
+/** An McpServer with the demo's four tools and the capability (P11). */
+function demoServer() {
+  const server = new McpServer({ name: "sep-3182-demo-ts", version: "1.0" });
+  server.registerTool("charge_unguarded",
+    { description: "Charge `amount`. The demo calls this one without an idempotencyKey; a key would be honoured.", inputSchema: amount },
+    ({ amount }) => charge(amount));
+  server.registerTool("charge_guarded",
+    { description: "Charge `amount`. The demo calls this one with an idempotencyKey.", inputSchema: amount },
+    ({ amount }) => charge(amount));
+  server.registerTool("reset_ledger",
+    { description: "Test helper: zero the balance and the charge count; recorded keys are kept." },
+    () => {
+      Object.assign(ledger, { balance: 0, charges: 0 });
+      return { content: [{ type: "text", text: "Ledger reset." }] };
+    });
+  server.registerTool("get_balance",
+    { description: "Test helper: the ground truth, the balance and how many charges were applied.",
+      annotations: { readOnlyHint: true } },
+    () => ({ content: [{ type: "text", text: JSON.stringify(ledger) }] }));
+  // P11 (SEP C1, C2): the SDK keeps an unknown capability on the server side, so the
+  // initialize result carries tools.idempotency = {} (its own client's schema drops it).
+  server.server.registerCapabilities({ tools: { idempotency: {} } });
+  return server;
+}
+
+// ----------------------------------------------------------------------------
+// 2. The rules that need no SDK
+// ----------------------------------------------------------------------------
+
+const MAX_KEY_LENGTH = 255; // P2: characters (code points), as the Python servers count them
+
+/** P2: why `value` is not a key ("got a number"), or null when it is a string of 1 to 255 characters. */
+function keyProblem(value) {
+  if (typeof value === "string") {
+    const length = [...value].length;
+    return length >= 1 && length <= MAX_KEY_LENGTH ? null : `got ${length} characters`; // never echo it
+  }
+  if (Array.isArray(value)) return "got an array";
+  return `got ${{ number: "a number", boolean: "a boolean", object: "an object" }[typeof value]}`;
+}
+
+/** P3: one spelling of a JSON value: members sorted, numbers by value (-0 is 0), infinities apart from null. */
+function canonical(value) {
+  if (value === null || typeof value === "boolean") return String(value);
+  if (typeof value === "number") return Object.is(value, -0) ? "0" : String(value);
+  if (typeof value === "string") return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
+  return `{${Object.keys(value).sort().map((name) => `${JSON.stringify(name)}:${canonical(value[name])}`).join(",")}}`;
+}
+
+/** P3 (SEP E1-E6): a digest equal for two calls exactly when they name the same tool with equal arguments. */
+function fingerprint(params) {
+  // E1: only the name and the arguments; _meta (progress token included) is never read.
+  // JSON.parse already resolved escapes (E4) and read 1, 1.0 and 1e0 as one number (E3);
+  // absent arguments count as {} (P3).
+  return createHash("sha256").update(canonical([params.name, params.arguments ?? {}])).digest("hex");
+}
+
+const ERROR_CODE = -32602; // P5: the code the Python servers use; clients branch on data.type
+const MESSAGES = {
+  invalid_idempotency_key: `idempotencyKey must be a string of 1 to ${MAX_KEY_LENGTH} characters`,
+  idempotency_key_conflict: "idempotencyKey was already used with a different tool or arguments",
+  idempotency_key_in_progress: "a request with this idempotencyKey is still running; retry shortly",
+  idempotency_store_full: "the server holds as many idempotency records as it can; retry later",
+};
+
+/** P5: the JSON-RPC error for a rejection; an invalid key is described, not echoed (P2). Never recorded (P6). */
+function rejection(type, key, detail) {
+  const message = detail === undefined ? MESSAGES[type] : `${MESSAGES[type]}; ${detail}`;
+  return { code: ERROR_CODE, message, data: key === undefined ? { type } : { type, idempotencyKey: key } };
+}
+
+/**
+ * The records, in this process's memory: on stdio the process is its one client's
+ * (P10); over HTTP, one tenant for every client (P10'), and one instance only (L2).
+ * key -> { fingerprint, outcome (null while running), expiresAt }.
+ */
+const records = new Map();
+
+/** P8: drop completed records whose window has passed; a running one never expires. */
+function dropExpired(now) {
+  for (const [key, record] of records) {
+    if (record.outcome !== null && record.expiresAt <= now) records.delete(key);
+  }
+}
+
+/** Python's repr of a key, so that the log reads as the Python servers' (`key='k'`). */
+function pythonRepr(text) {
+  const quote = text.includes("'") && !text.includes('"') ? '"' : "'";
+  const escaped = [...text].map((c) => {
+    if (c === "\\" || c === quote) return `\\${c}`;
+    if (c === "\n") return "\\n";
+    if (c === "\r") return "\\r";
+    if (c === "\t") return "\\t";
+    const code = c.codePointAt(0);
+    return code < 0x20 || code === 0x7f ? `\\x${code.toString(16).padStart(2, "0")}` : c;
+  });
+  return `${quote}${escaped.join("")}${quote}`;
+}
+
+// ----------------------------------------------------------------------------
+// 3. The dispatch layer, in front of the SDK
+// ----------------------------------------------------------------------------
+
+/** Would the SDK accept these tools/call params? If not, it answers them itself and nothing runs. */
+function wellFormed(params) {
+  const isObject = (value) => typeof value === "object" && value !== null && !Array.isArray(value);
+  return isObject(params) && typeof params.name === "string"
+    && (params.arguments === undefined || isObject(params.arguments));
+}
+
+/**
+ * The SEP's dispatch layer around one SDK transport: every raw message passes here
+ * before the SDK parses it (and strips the key), and every response on its way out.
+ */
+class Idempotent {
+  constructor(inner) {
+    this.inner = inner;
+    this.running = new Map(); // JSON-RPC id -> the key it claimed, until its outcome is recorded
+    this.cancelled = new Set(); // ids whose client gave up: recorded, never answered
+    this.idle = Promise.resolve();
+    this.settle = () => {};
+  }
+
+  // --- the Transport interface the SDK's Protocol talks to ---------------------
+
+  async start() {
+    this.inner.onmessage = (message, extra) => this.receive(message, extra);
+    this.inner.onclose = () => this.onclose?.();
+    this.inner.onerror = (error) => this.onerror?.(error);
+    await this.inner.start();
+  }
+
+  async send(message, options) {
+    if (("result" in message || "error" in message) && this.running.has(message.id)) this.record(message);
+    if (this.cancelled.delete(message.id)) return; // P7: the outcome is kept; nobody waits for it
+    await this.inner.send(message, options);
+  }
+
+  async close() {
+    await this.inner.close();
+  }
+
+  get sessionId() {
+    return this.inner.sessionId;
+  }
+
+  // --- the decisions -----------------------------------------------------------
+
+  /** A raw message from the client: a tools/call is decided here; anything else goes to the SDK as it is. */
+  receive(message, extra) {
+    if (message.method === "tools/call" && "id" in message && wellFormed(message.params)) {
+      this.toolsCall(message, extra);
+    } else if (message.method === "notifications/cancelled" && this.running.has(message.params?.requestId)) {
+      // P7: a keyed execution that has started runs to completion and is recorded,
+      // so the SDK never hears of this cancel (it would abort the handler and drop
+      // the outcome); the response is recorded and then not sent.
+      this.cancelled.add(message.params.requestId);
+    } else {
+      this.onmessage?.(message, extra);
+    }
+  }
+
+  /** SEP S0-S3 (P4): a tools/call, before the SDK's handler and any tool runs. */
+  toolsCall(message, extra) {
+    const { params } = message;
+    const key = params.idempotencyKey; // P1: only the sibling of name and arguments is a key
+    if (key === undefined || key === null) {
+      log(`no key: tool=${params.name}`);
+      return this.onmessage?.(message, extra); // exactly what the server did before
+    }
+    const problem = keyProblem(key);
+    if (problem !== null) {
+      log(`invalid key: ${problem}`);
+      return this.reject(message, "invalid_idempotency_key", undefined, problem);
+    }
+    const now = Date.now() / 1000;
+    dropExpired(now);
+    const held = records.get(key);
+    const print = fingerprint(params);
+    if (held === undefined) {
+      if (records.size >= settings.maxRecords) { // P9: refuse rather than run without the guarantee
+        log(`store full: key=${pythonRepr(key)}`);
+        return this.reject(message, "idempotency_store_full", key);
+      }
+      records.set(key, { fingerprint: print, outcome: null, expiresAt: Infinity }); // P4.1: claimed with its fingerprint
+      this.running.set(message.id, key);
+      this.idle = new Promise((resolve) => { this.settle = resolve; });
+      log(`claimed: key=${pythonRepr(key)} tool=${params.name}`);
+      return this.onmessage?.(message, extra);
+    }
+    if (held.fingerprint !== print) { // P4.2: checked first, so a mismatch is a conflict even mid-run
+      log(`conflict: key=${pythonRepr(key)} tool=${params.name}`);
+      return this.reject(message, "idempotency_key_conflict", key);
+    }
+    if (held.outcome === null) { // P4.3 (SEP S1): reject at once, never wait
+      log(`in progress: key=${pythonRepr(key)}`);
+      return this.reject(message, "idempotency_key_in_progress", key);
+    }
+    log(`replayed: key=${pythonRepr(key)}`); // P4.4 (SEP S2): the recorded outcome; the tool does not run
+    return this.inner.send({ ...JSON.parse(held.outcome), jsonrpc: "2.0", id: message.id });
+  }
+
+  /** P6: whatever the SDK answered for a claimed key, a result (isError included) or a JSON-RPC error. */
+  record(message) {
+    const key = this.running.get(message.id);
+    this.running.delete(message.id);
+    const { jsonrpc, id, ...outcome } = message; // the same members in the same order, under any id
+    Object.assign(records.get(key), { outcome: JSON.stringify(outcome), expiresAt: Date.now() / 1000 + settings.retention });
+    log(`recorded: key=${pythonRepr(key)}`);
+    if (this.running.size === 0) this.settle();
+  }
+
+  /** P5: answer a rejection here; the SDK never sees the call and nothing is recorded (P6). */
+  reject(message, type, key, detail) {
+    return this.inner.send({ jsonrpc: "2.0", id: message.id, error: rejection(type, key, detail) });
+  }
+}
+
+// ----------------------------------------------------------------------------
+// 4. The transports
+// ----------------------------------------------------------------------------
+
+/** stdio: one client, one process; stdout is the protocol, so every log goes to stderr. */
+async function serveStdio() {
+  await demoServer().connect(new Idempotent(new StdioServerTransport()));
+}
+
+/** Stateless Streamable HTTP with JSON responses: a fresh McpServer and transport per POST, one store. */
+function serveHttp() {
+  const http = createServer(async (request, response) => {
+    if (new URL(request.url, "http://host").pathname !== "/mcp") {
+      response.writeHead(404).end();
+      return;
+    }
+    if (request.method !== "POST") { // stateless: no stream to resume, no session to delete
+      response.writeHead(405, { Allow: "POST" }).end();
+      return;
+    }
+    const server = demoServer();
+    const transport = new Idempotent(new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true }));
+    // P7: a client that goes away must not abort a keyed call (closing aborts every
+    // handler), so the server closes once every claimed key's outcome is recorded.
+    response.on("close", () => transport.idle.then(() => server.close()));
+    await server.connect(transport);
+    await transport.inner.handleRequest(request, response);
+  });
+  http.listen(settings.port, settings.host);
+}
+
+const where = settings.transport === "stdio" ? "stdio" : `http://${settings.host}:${settings.port}/mcp`;
+process.stderr.write(`idempotency: serving on ${where}: in-memory store, retention ${settings.retention}s, `
+  + `at most ${settings.maxRecords} records, charge delay ${settings.chargeDelay}s\n`);
+if (settings.transport === "stdio") await serveStdio();
+else serveHttp();
