@@ -1,0 +1,1086 @@
+#!/usr/bin/env python3
+"""A SEP-3182 conformance kit: point it at any MCP server and it checks idempotencyKey on tools/call.
+
+    python3 conformance/kit.py --command "node server.js"          # stdio: the kit starts the server
+    python3 conformance/kit.py --url http://127.0.0.1:8000/mcp     # Streamable HTTP: already running
+
+It needs nothing but Python 3.10's standard library. It speaks raw JSON-RPC, so
+what it sees is what any client sees: the 2026-07-28 revision (server/discover
+and the per-request envelope) where the server has it, else the 2025-11-25
+initialize handshake (--revision picks one). README.md beside this file gives the
+fixture contract (the tools a server exposes for the kit), the options, and the
+exit rules; sep-3182.yaml maps every requirement of the SEP to these checks.
+
+Each check's id starts with sep-3182-; its severity says what a failure means:
+MUST (a MUST or MUST NOT of the SEP, or what it defines on the wire) fails as
+FAILURE; SHOULD (a SHOULD of the SEP) and POSITION (this project's reading where
+the SEP is silent, tests/CONFORMANCE.md's P rows) fail as WARNING.
+"""
+
+import argparse
+import contextlib
+import datetime
+import http.client
+import json
+import queue
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+
+MODERN = "2026-07-28"
+HANDSHAKE = "2025-11-25"
+ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "sep-3182-kit", "version": "1"}}
+SPEC_URL = "https://github.com/modelcontextprotocol/modelcontextprotocol/pull/3182"
+
+# The error.data.type values of the SEP's examples (S1a, S3b) and of this project's positions (P2, P9).
+INVALID_KEY = "invalid_idempotency_key"
+CONFLICT = "idempotency_key_conflict"
+IN_PROGRESS = "idempotency_key_in_progress"
+STORE_FULL = "idempotency_store_full"
+INVALID_PARAMS = -32602
+
+
+class Failed(Exception):
+    """The server broke the rule the check tests."""
+
+
+class Skipped(Exception):
+    """The check could not run against this server; the reason says what it needs."""
+
+
+class Inconclusive(Exception):
+    """The check ran but could not tell (a slow server that was not slow enough): a WARNING."""
+
+
+def expect(condition: bool, reason: str) -> None:
+    """Fail the check with `reason` unless `condition` holds."""
+    if not condition:
+        raise Failed(reason)
+
+
+# ----------------------------------------------------------------------------
+# 1. Speaking to a server: raw JSON-RPC over stdio or Streamable HTTP
+# ----------------------------------------------------------------------------
+
+
+class Connection:
+    """One server, spoken to in raw JSON-RPC; subclasses carry the bytes."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.revision = MODERN
+        self.next_id = 0
+        self.numbering = threading.Lock()
+
+    def frame(self, message: dict) -> dict:
+        """The message as the revision wants it: on 2026-07-28 the envelope goes into params._meta."""
+        params = message.get("params", {})
+        if self.revision != MODERN or not isinstance(params, dict) or not isinstance(params.get("_meta", {}), dict):
+            return message
+        return {**message, "params": {**params, "_meta": {**ENVELOPE, **params.get("_meta", {})}}}
+
+    def spelled(self, request_id, method: str, members: str) -> str:
+        """A request whose params members are JSON text as written (`1e0`, `-0`, member order kept)."""
+        if self.revision == MODERN:
+            envelope = json.dumps(ENVELOPE)[1:-1]
+            members = (members.replace('"_meta":{', '"_meta":{' + envelope + ",", 1) if '"_meta":{' in members
+                       else f'{members},"_meta":{{{envelope}}}')
+        return (f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},"method":{json.dumps(method)},'
+                f'"params":{{{members}}}}}')
+
+    def new_id(self) -> int:
+        with self.numbering:
+            self.next_id += 1
+            return self.next_id
+
+    def send_request(self, method: str, params=None) -> int:
+        """Send a request without waiting; its id."""
+        request_id = self.new_id()
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, **({} if params is None else {"params": params})}
+        self.send_text(json.dumps(self.frame(message)), request_id)
+        return request_id
+
+    def send_spelled(self, method: str, members: str) -> int:
+        request_id = self.new_id()
+        self.send_text(self.spelled(request_id, method, members), request_id)
+        return request_id
+
+    def notify(self, method: str, params: dict) -> None:
+        self.send_text(json.dumps(self.frame({"jsonrpc": "2.0", "method": method, "params": params})), None)
+
+    def request(self, method: str, params=None) -> dict:
+        return self.reply(self.send_request(method, params))
+
+    def reply(self, request_id, timeout: float | None = None) -> dict:
+        return json.loads(self.raw_reply(request_id, timeout))
+
+    def alive(self) -> bool:
+        """Does the server still answer a request? (ping on the handshake; server/discover on 2026-07-28)"""
+        try:
+            return "result" in self.request("server/discover" if self.revision == MODERN else "ping", {})
+        except (OSError, TimeoutError, queue.Empty, ValueError, http.client.HTTPException):
+            return False
+
+    # --- what each transport does -------------------------------------------
+
+    def send_text(self, text: str, request_id) -> None:
+        raise NotImplementedError
+
+    def raw_reply(self, request_id, timeout: float | None = None) -> str:
+        raise NotImplementedError
+
+    def answered(self, request_id) -> bool:
+        raise NotImplementedError
+
+    def cancel(self, request_id) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Stdio(Connection):
+    """A server the kit starts, spoken to in JSON-RPC lines on its stdin and stdout."""
+
+    def __init__(self, command: str, timeout: float):
+        super().__init__(timeout)
+        self.command = command
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.stderr, text=True, encoding="utf-8")
+        self.lines: queue.Queue = queue.Queue()
+        self.replies: dict = {}
+        self.writing = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line)
+        self.lines.put(None)  # the server closed stdout
+
+    def send_text(self, text: str, request_id) -> None:
+        with self.writing:
+            self.process.stdin.write(text + "\n")
+            self.process.stdin.flush()
+
+    def _file(self, line) -> None:
+        """Keep a response under its id; notifications and requests from the server are not answers."""
+        if line is None:
+            raise ConnectionError(f"the server exited; its stderr ends: {self.log()[-300:]!r}")
+        with contextlib.suppress(ValueError):
+            message = json.loads(line)
+            if isinstance(message, dict) and "id" in message and "method" not in message:
+                self.replies[message["id"]] = line.rstrip("\n")
+
+    def raw_reply(self, request_id, timeout: float | None = None) -> str:
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while request_id not in self.replies:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no answer to request {request_id} in {timeout or self.timeout:g} s")
+            with contextlib.suppress(queue.Empty):
+                self._file(self.lines.get(timeout=remaining))
+        return self.replies.pop(request_id)
+
+    def answered(self, request_id) -> bool:
+        with contextlib.suppress(queue.Empty):
+            while request_id not in self.replies:
+                self._file(self.lines.get_nowait())
+        return request_id in self.replies
+
+    def cancel(self, request_id) -> None:
+        """As the 2.x Python client does on a timeout."""
+        self.notify("notifications/cancelled", {"requestId": request_id, "reason": "timed out"})
+
+    def log(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class Http(Connection):
+    """A running server's Streamable HTTP endpoint: one POST per message, each on its own connection."""
+
+    def __init__(self, url: str, timeout: float, headers: dict):
+        super().__init__(timeout)
+        self.url = urllib.parse.urlsplit(url)
+        self.extra_headers = headers
+        self.session_id = None  # a 2025 server may hand one out at initialize
+        self.answers: dict = {}
+        self.sockets: dict = {}
+
+    def headers(self, text: str) -> dict:
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                   "MCP-Protocol-Version": self.revision, **self.extra_headers}
+        if self.session_id:
+            headers["Mcp-Session-Id"] = self.session_id
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            message = json.loads(text)
+            if self.revision == MODERN and isinstance(message.get("method"), str):  # 2026-07-28 routes on these
+                headers["Mcp-Method"] = message["method"]
+                if message["method"] == "tools/call" and isinstance(message["params"].get("name"), str):
+                    headers["Mcp-Name"] = message["params"]["name"]
+        return headers
+
+    def post(self, text: str, request_id=None) -> tuple[int, dict, str]:
+        """One POST: status, headers (lower-case names) and the JSON-RPC answer for `request_id`, if any."""
+        Connection_ = http.client.HTTPSConnection if self.url.scheme == "https" else http.client.HTTPConnection
+        connection = Connection_(self.url.hostname, self.url.port, timeout=self.timeout)
+        if request_id is not None:
+            self.sockets[request_id] = connection
+        try:
+            connection.request("POST", self.url.path or "/", body=text.encode(), headers=self.headers(text))
+            response = connection.getresponse()
+            headers = {name.lower(): value for name, value in response.getheaders()}
+            body = response.read().decode()
+        finally:
+            connection.close()
+        if headers.get("content-type", "").startswith("text/event-stream"):
+            body = answer_in_stream(body, request_id)
+        return response.status, headers, body
+
+    def send_text(self, text: str, request_id) -> None:
+        answer = self.answers[request_id] = queue.Queue()
+
+        def exchange():
+            try:
+                status, headers, body = self.post(text, request_id)
+                if headers.get("mcp-session-id"):
+                    self.session_id = headers["mcp-session-id"]
+                answer.put(body if body.strip() else json.dumps({"httpStatus": status}))
+            except (OSError, http.client.HTTPException) as gone:  # closed by cancel(), or the server went away
+                answer.put(gone)
+
+        threading.Thread(target=exchange, daemon=True).start()
+
+    def raw_reply(self, request_id, timeout: float | None = None) -> str:
+        try:
+            body = self.answers[request_id].get(timeout=timeout or self.timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no answer to request {request_id}") from None
+        del self.answers[request_id]
+        if isinstance(body, Exception):
+            raise body
+        return body
+
+    def answered(self, request_id) -> bool:
+        return not self.answers[request_id].empty()
+
+    def cancel(self, request_id) -> None:
+        """Over HTTP a client that gives up closes the request's connection."""
+        connection = self.sockets.get(request_id)
+        if connection is not None and connection.sock is not None:
+            with contextlib.suppress(OSError):
+                connection.sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        pass  # the kit did not start it
+
+
+def answer_in_stream(body: str, request_id) -> str:
+    """The JSON-RPC response in a text/event-stream body (a 2025 server may answer so)."""
+    for event in body.split("\n\n"):
+        data = "\n".join(line[5:].lstrip() for line in event.splitlines() if line.startswith("data:"))
+        with contextlib.suppress(ValueError):
+            message = json.loads(data)
+            if isinstance(message, dict) and "method" not in message and message.get("id") in (request_id, None):
+                return data
+    return ""
+
+
+def opened(connection: Connection, revision: str) -> dict:
+    """Discover the server (2026-07-28) or shake hands (2025-11-25); its capabilities, and which was used."""
+    if revision in ("auto", MODERN):
+        connection.revision = MODERN
+        with contextlib.suppress(TimeoutError, ValueError, OSError, http.client.HTTPException):
+            answer = connection.reply(connection.send_request("server/discover", {}), timeout=min(5, connection.timeout))
+            if "result" in answer:
+                return {"revision": MODERN, "capabilities": answer["result"].get("capabilities", {})}
+        if revision == MODERN:
+            raise ConnectionError("the server did not answer server/discover on 2026-07-28")
+    connection.revision = HANDSHAKE
+    answer = connection.request("initialize", {"protocolVersion": HANDSHAKE, "capabilities": {},
+                                               "clientInfo": {"name": "sep-3182-kit", "version": "1"}})
+    if "result" not in answer:
+        raise ConnectionError(f"initialize failed: {answer}")
+    connection.revision = answer["result"].get("protocolVersion", HANDSHAKE)
+    connection.notify("notifications/initialized", {})
+    return {"revision": connection.revision, "capabilities": answer["result"].get("capabilities", {})}
+
+
+# ----------------------------------------------------------------------------
+# 2. The fixture contract: a counted side effect, a read of the count, a slow call
+# ----------------------------------------------------------------------------
+
+
+class Server:
+    """A server under test, opened, with the fixture contract's tools as the options name them."""
+
+    def __init__(self, connection: Connection, options):
+        self.connection = connection
+        self.options = options
+        self.opening = opened(connection, options.revision)
+        tools = connection.request("tools/list", {}).get("result", {}).get("tools", [])
+        self.tools = {tool["name"]: tool for tool in tools}
+        missing = [name for name in (options.charge_tool, options.count_tool) if name not in self.tools]
+        if missing:
+            raise ConnectionError(f"the server lists no tool {', '.join(missing)} (the fixture contract; "
+                                  "name yours with --charge-tool and --count-tool)")
+
+    def __getattr__(self, name):
+        return getattr(self.connection, name)
+
+    def send_call(self, name: str, arguments=None, key=None, **params) -> int:
+        params = {"name": name, **({} if arguments is None else {"arguments": arguments}), **params}
+        if key is not None:
+            params["idempotencyKey"] = key
+        return self.connection.send_request("tools/call", params)
+
+    def call(self, name: str, arguments=None, key=None, **params) -> dict:
+        return self.connection.reply(self.send_call(name, arguments, key, **params))
+
+    def charge_arguments(self, amount) -> dict:
+        return {self.options.amount_argument: amount}
+
+    def send_charge(self, amount=100, key=None) -> int:
+        return self.send_call(self.options.charge_tool, self.charge_arguments(amount), key)
+
+    def charge(self, amount=100, key=None) -> dict:
+        return self.connection.reply(self.send_charge(amount, key))
+
+    def count(self) -> int:
+        """How many side effects the charge tool has had: the count tool's answer, read without a key."""
+        result = self.call(self.options.count_tool, {}).get("result")
+        if result is None:
+            raise Failed(f"{self.options.count_tool} did not answer with a result")
+        return count_in(result, self.options.count_field)
+
+
+def count_in(result: dict, field: str) -> int:
+    """The count in a count tool's result: structuredContent[field], else its first text as JSON or an integer."""
+    if isinstance(result.get("structuredContent"), dict) and field in result["structuredContent"]:
+        return int(result["structuredContent"][field])
+    text = next((item["text"] for item in result.get("content", []) if item.get("type") == "text"), "")
+    value = json.loads(text)
+    return int(value[field] if isinstance(value, dict) else value)
+
+
+def new_key() -> str:
+    return f"kit-{uuid.uuid4()}"
+
+
+def error_type(response: dict):
+    error = response.get("error")
+    return None if error is None else (error.get("data") or {}).get("type")
+
+
+def succeeded(response: dict) -> bool:
+    return "result" in response and not response["result"].get("isError")
+
+
+# ----------------------------------------------------------------------------
+# 3. The checks
+# ----------------------------------------------------------------------------
+
+CHECKS: list = []
+
+
+class Check:
+    def __init__(self, id, name, severity, rows, needs, run):
+        self.id, self.name, self.severity, self.rows, self.needs, self.run = id, name, severity, rows, needs, run
+        self.description = " ".join((run.__doc__ or name).split())
+
+
+def check(id: str, name: str, severity: str, rows: list, needs: str = "main"):
+    """Register a check: `rows` are the SEP rows and project positions it tests; `needs` the server it runs on."""
+    def register(run):
+        CHECKS.append(Check(f"sep-3182-{id}", name, severity, rows, needs, run))
+        return run
+    return register
+
+
+# --- C: the capability -------------------------------------------------------
+
+
+@check("capability-declared", "capabilities.tools.idempotency is {} where a client discovers it", "MUST",
+       ["C1", "C2", "L1", "P11", "P14"])
+def capability_declared(server: Server) -> dict:
+    """A server that supports SEP-3182 declares capabilities.tools.idempotency as an empty object, in the
+    server/discover result (2026-07-28) or the initialize result (2025 handshake)."""
+    tools = server.opening["capabilities"].get("tools") or {}
+    expect("idempotency" in tools, f"capabilities.tools has no idempotency: {tools}")
+    expect(tools["idempotency"] == {}, f"capabilities.tools.idempotency is {tools['idempotency']!r}, not {{}}")
+    return {"revision": server.opening["revision"], "tools": tools}
+
+
+# --- S0, S2: a repeated key --------------------------------------------------
+
+
+@check("repeat-executes-once", "a repeated key (new JSON-RPC id) runs the tool once and returns the same result",
+       "MUST", ["S0", "S2", "W4", "W7"])
+def repeat_executes_once(server: Server) -> dict:
+    """Two tools/calls with one key and equal arguments, under different JSON-RPC ids: one side effect,
+    and the second answer is the first's result."""
+    key, before = new_key(), server.count()
+    first = server.charge(100, key)
+    expect(succeeded(first), f"the first keyed charge failed: {first}")
+    retry = server.charge(100, key)
+    expect(server.count() == before + 1, f"the tool ran {server.count() - before} times for one key")
+    expect(retry.get("result") == first["result"], f"the retry's answer differs: {retry}")
+    return {"key": key}
+
+
+@check("replay-not-refreshed", "a replay is the recorded outcome, not recomputed against today's state",
+       "MUST", ["S2a", "S2b"])
+def replay_not_refreshed(server: Server) -> dict:
+    """After the world moves on (an unkeyed charge), a retry still returns the original result, with no
+    replay marker added."""
+    key = new_key()
+    original = server.charge(100, key)
+    server.charge(7)
+    before = server.count()
+    replay = server.charge(100, key)
+    expect(server.count() == before, "the retry ran the tool again")
+    expect(replay.get("result") == original["result"], f"the replay differs from the original: {replay}")
+
+
+@check("error-outcome-recorded", "a tool error is an outcome: recorded, replayed, and a changed retry conflicts",
+       "MUST", ["S2", "S3", "P6"])
+def error_outcome_recorded(server: Server) -> dict:
+    """The previously produced result is returned "whether that result was a successful response or an
+    error response": a keyed charge the tool refuses is replayed, and the same key with corrected
+    arguments is a conflict, not a new charge."""
+    key, before = new_key(), server.count()
+    refused = server.charge(server.options.refused_amount, key)
+    if succeeded(refused):
+        raise Skipped(f"the charge tool accepted {server.options.refused_amount}; name an amount it refuses "
+                      "with --refused-amount")
+    replay = server.charge(server.options.refused_amount, key)
+    expect({k: v for k, v in replay.items() if k != "id"} == {k: v for k, v in refused.items() if k != "id"},
+           f"the error was not replayed: first {refused}, then {replay}")
+    corrected = server.charge(100, key)
+    expect(server.count() == before, "the same key with corrected arguments ran the tool")
+    expect(error_type(corrected) == CONFLICT or "error" in corrected,
+           f"the same key with corrected arguments was not rejected: {corrected}")
+
+
+@check("conflict-leaves-the-record", "a rejected conflict is not recorded: the original still replays",
+       "MUST", ["S2", "S3", "K4", "P6"])
+def conflict_leaves_the_record(server: Server) -> dict:
+    """The server's own rejections are answers to one request, not outcomes of the key: after a conflict,
+    a retry of the original is still answered with the original's result."""
+    key = new_key()
+    original = server.charge(100, key)
+    server.charge(200, key)
+    before = server.count()
+    again = server.charge(100, key)
+    expect(server.count() == before, "the original's retry ran the tool again")
+    expect(again.get("result") == original["result"], f"the original no longer replays after a conflict: {again}")
+
+
+@check("read-only-tool-deduplicated", "a read-only tool is deduplicated like any other", "POSITION", ["A1", "P13"])
+def read_only_tool_deduplicated(server: Server) -> dict:
+    """The SEP exempts no tool by its hints: a keyed call of the count tool replays its first answer."""
+    key = new_key()
+    recorded = server.call(server.options.count_tool, {}, key)
+    server.charge(7)
+    replay = server.call(server.options.count_tool, {}, key)
+    expect(replay.get("result") == recorded.get("result"), "the read-only tool ran again for a repeated key")
+
+
+# --- S3: same key, other arguments --------------------------------------------
+
+
+def conflict_problem(response: dict, key: str) -> str | None:
+    """Why `response` is not the conflict the SEP describes (S3b) with this project's code (P5)."""
+    if "error" not in response:
+        return f"not rejected: {response}"
+    if response["error"].get("data") != {"type": CONFLICT, "idempotencyKey": key}:
+        return f"error.data is {response['error'].get('data')!r}"
+    return None
+
+
+@check("conflict-rejected", "the same key with different arguments is rejected and runs nothing", "MUST",
+       ["S3", "E1"])
+def conflict_rejected(server: Server) -> dict:
+    """Reuse of a key with other arguments is rejected: the tool does not run with the new arguments, and
+    the cached result is not returned."""
+    key = new_key()
+    original = server.charge(100, key)
+    before = server.count()
+    changed = server.charge(200, key)
+    expect(server.count() == before, "the changed request ran the tool")
+    expect(changed.get("result") != original["result"], "the cached result came back for other arguments")
+    expect("error" in changed, f"the changed request was not rejected: {changed}")
+
+
+@check("conflict-error-data", "a conflict carries error.data {type: idempotency_key_conflict, idempotencyKey}",
+       "SHOULD", ["S3b", "P5"])
+def conflict_error_data(server: Server) -> dict:
+    key = new_key()
+    server.charge(100, key)
+    problem = conflict_problem(server.charge(200, key), key)
+    expect(problem is None, problem or "")
+
+
+@check("error-code", "idempotency errors use JSON-RPC code -32602", "POSITION", ["S3a", "P5"])
+def error_code(server: Server) -> dict:
+    """The SEP names no code; this project uses -32602 for every idempotency rejection."""
+    key = new_key()
+    server.charge(100, key)
+    conflict = server.charge(200, key)
+    expect(conflict.get("error", {}).get("code") == INVALID_PARAMS, f"the conflict's error is {conflict.get('error')}")
+
+
+def charge_members(server: Server, arguments: str) -> str:
+    """The params members of a charge call, `arguments` spelled exactly as given ("amount" renamed)."""
+    arguments = arguments.replace('"amount"', json.dumps(server.options.amount_argument))
+    return f'"name":{json.dumps(server.options.charge_tool)},"arguments":{arguments}'
+
+
+def first_then_retry(server: Server, first: str, retry: str) -> tuple[dict, dict, str]:
+    """`first` under a fresh key, an unkeyed charge, then `retry` under the same key: both answers."""
+    key = new_key()
+    original = server.reply(server.send_spelled("tools/call", f'{first},"idempotencyKey":{json.dumps(key)}'))
+    if not succeeded(original):
+        raise Skipped(f"the first spelling did not succeed ({original}); the charge tool must accept "
+                      "and ignore an extra argument member")
+    server.charge(7)  # a second execution could not return the original's result now
+    before = server.count()
+    answer = server.reply(server.send_spelled("tools/call", f'{retry},"idempotencyKey":{json.dumps(key)}'))
+    expect(server.count() == before, f"the retry ran the tool ({first} then {retry})")
+    return original, answer, key
+
+
+def spelling_rows(server: Server, rows: list, want: str) -> dict:
+    """Each (first, retry) pair must be a replay or a conflict; every row runs, and the failures are listed."""
+    wrong = {}
+    for label, first, retry in rows:
+        original, answer, key = first_then_retry(server, charge_members(server, first) if first[0] == "{" else first,
+                                                 charge_members(server, retry) if retry[0] == "{" else retry)
+        if want == "replay" and answer.get("result") != original["result"]:
+            wrong[label] = f"not replayed: {answer}"
+        if want == "conflict" and "error" not in answer:
+            wrong[label] = f"not rejected: {answer}"
+    expect(not wrong, "; ".join(f"{label}: {why}" for label, why in wrong.items()))
+    return {"rows": [label for label, _, _ in rows]}
+
+
+@check("equivalence-serialisation", "member order and whitespace do not make requests differ", "MUST", ["E2", "E6"])
+def equivalence_serialisation(server: Server) -> dict:
+    return spelling_rows(server, [
+        ("member order", '{"amount":100,"note":"x"}', '{"note":"x","amount":100}'),
+        ("whitespace", '{"amount":100}', '{ "amount" :\t100 }'),
+        ("nested member order", '{"amount":100,"note":{"a":1,"b":{"c":2,"d":[3,4]}}}',
+         '{"note":{"b":{"d":[3,4],"c":2},"a":1},"amount":100}'),
+    ], "replay")
+
+
+@check("equivalence-numbers", "numbers of equal value compare equal (1, 1.0, 1e0; -0 and 0)", "MUST", ["E3", "E6"])
+def equivalence_numbers(server: Server) -> dict:
+    return spelling_rows(server, [
+        ("100 vs 100.0", '{"amount":100}', '{"amount":100.0}'),
+        ("100 vs 1e2", '{"amount":100}', '{"amount":1e2}'),
+        ("1 vs 1e0", '{"amount":100,"note":1}', '{"amount":100,"note":1e0}'),
+        ("0.5 vs 5e-1", '{"amount":100,"note":0.5}', '{"amount":100,"note":5e-1}'),
+        ("-0 vs 0", '{"amount":100,"note":-0}', '{"amount":100,"note":0}'),
+        ("nested numbers", '{"amount":100,"note":[1.0,{"x":-0,"y":2e0}]}', '{"amount":100,"note":[1,{"y":2,"x":0}]}'),
+    ], "replay")
+
+
+@check("equivalence-strings", "strings compare after unescaping", "MUST", ["E4", "E6"])
+def equivalence_strings(server: Server) -> dict:
+    return spelling_rows(server, [
+        ("escaped vs literal", '{"amount":100,"note":"caf\\u00e9"}', '{"amount":100,"note":"café"}'),
+        ("escaped surrogate pair", '{"amount":100,"note":"\\ud83d\\udd11"}', '{"amount":100,"note":"🔑"}'),
+    ], "replay")
+
+
+@check("equivalence-meta-ignored", "_meta (the progress token included) is not compared", "MUST", ["E1"])
+def equivalence_meta_ignored(server: Server) -> dict:
+    """Equivalence is decided solely by the tool name and the arguments."""
+    return spelling_rows(server, [
+        ("other progress token",
+         charge_members(server, '{"amount":100}') + ',"_meta":{"progressToken":"first"}',
+         charge_members(server, '{"amount":100}') + ',"_meta":{"progressToken":"retry","io.example/trace":"t"}'),
+        ("_meta absent vs present", charge_members(server, '{"amount":100}'),
+         charge_members(server, '{"amount":100}') + ',"_meta":{"progressToken":7}'),
+    ], "replay")
+
+
+@check("equivalence-absent-arguments", "absent arguments equal {}", "POSITION", ["E7", "P3"])
+def equivalence_absent_arguments(server: Server) -> dict:
+    count_tool = json.dumps(server.options.count_tool)
+    return spelling_rows(server, [
+        ("absent vs {}", f'"name":{count_tool}', f'"name":{count_tool},"arguments":{{}}'),
+    ], "replay")
+
+
+@check("different-requests-conflict", "values that differ after parsing are different requests", "MUST",
+       ["E1", "E3", "E4", "S3"])
+def different_requests_conflict(server: Server) -> dict:
+    """true is not 1, null is not 0, a string is not a number, NFC is not NFD, array order counts; and another
+    tool with the same arguments is another request."""
+    rows = [
+        ("different amount", '{"amount":100}', '{"amount":200}'),
+        ("true vs 1", '{"amount":100,"note":true}', '{"amount":100,"note":1}'),
+        ("null vs 0", '{"amount":100,"note":null}', '{"amount":100,"note":0}'),
+        ("string vs number", '{"amount":100,"note":"1"}', '{"amount":100,"note":1}'),
+        ("NFC vs NFD", '{"amount":100,"note":"caf\u00e9"}', '{"amount":100,"note":"cafe\u0301"}'),
+        ("array order", '{"amount":100,"note":[1,2]}', '{"amount":100,"note":[2,1]}'),
+        ("nested value", '{"amount":100,"note":{"a":[1,{"b":1}]}}', '{"amount":100,"note":{"a":[1,{"b":2}]}}'),
+    ]
+    if server.options.other_tool in server.tools:
+        rows.append(("another tool", '{"amount":100}', f'"name":{json.dumps(server.options.other_tool)},'
+                     f'"arguments":{{{json.dumps(server.options.amount_argument)}:100}}'))
+    return spelling_rows(server, rows, "conflict")
+
+
+@check("equivalence-null-member", "a null member is not an absent one", "POSITION", ["E7", "P3"])
+def equivalence_null_member(server: Server) -> dict:
+    return spelling_rows(server, [
+        ("null member vs absent", '{"amount":100,"note":null}', '{"amount":100}'),
+        ("nested null vs absent", '{"amount":100,"note":{"a":null}}', '{"amount":100,"note":{}}'),
+    ], "conflict")
+
+
+@check("equivalence-large-integers", "integers past 2^53 stay exact", "POSITION", ["E7", "P3"])
+def equivalence_large_integers(server: Server) -> dict:
+    return spelling_rows(server, [
+        ("2^53+1 vs 2^53", '{"amount":100,"note":9007199254740993}', '{"amount":100,"note":9007199254740992}'),
+    ], "conflict")
+
+
+# --- W, P1, P2: where the key is, which keys are valid -------------------------
+
+
+@check("key-only-in-params", "a field named idempotencyKey in arguments or _meta is not a key", "POSITION",
+       ["W1", "P1"])
+def key_only_in_params(server: Server) -> dict:
+    """The key is params.idempotencyKey, beside name and arguments; nothing else deduplicates."""
+    amount = server.options.amount_argument
+    for label, params in [("inside arguments", {"arguments": {amount: 100, "idempotencyKey": new_key()}}),
+                          ("inside _meta", {"arguments": {amount: 100}, "_meta": {"idempotencyKey": new_key()}})]:
+        before = server.count()
+        server.call(server.options.charge_tool, **params)
+        server.call(server.options.charge_tool, **params)
+        expect(server.count() == before + 2, f"a key {label} deduplicated the call")
+
+
+@check("no-key-runs-every-time", "a call without a key (absent or null) runs every time", "MUST", ["W1", "C5", "P2"])
+def no_key_runs_every_time(server: Server) -> dict:
+    """The key is optional: without one, a call runs as it did before the SEP."""
+    for label, extra in [("absent", {}), ("null", {"idempotencyKey": None})]:
+        before = server.count()
+        arguments = server.charge_arguments(100)
+        server.call(server.options.charge_tool, arguments, **extra)
+        server.call(server.options.charge_tool, arguments, **extra)
+        expect(server.count() == before + 2, f"two calls with the key {label} ran {server.count() - before} times")
+
+
+@check("odd-keys-are-keys", "any string is a key: one character, 255, emoji, NUL or newline inside", "MUST",
+       ["W3", "W6", "P2"])
+def odd_keys_are_keys(server: Server) -> dict:
+    """The key is an opaque string with no format: each runs once, then replays."""
+    suffix = uuid.uuid4().hex[:8]
+    for key in [f"k{suffix}", ("k" * 247) + suffix, f"🔑{suffix}", f"nul\x00{suffix}", f"new\nline{suffix}"]:
+        before = server.count()
+        first, retry = server.charge(100, key), server.charge(100, key)
+        expect(server.count() == before + 1 and retry.get("result") == first.get("result"),
+               f"key {key[:20]!r} ran {server.count() - before} times")
+
+
+@check("invalid-key-rejected", "a key that is not a string of 1 to 255 characters is refused before anything runs",
+       "POSITION", ["W6", "P2", "P5"])
+def invalid_key_rejected(server: Server) -> dict:
+    """-32602 with error.data.type invalid_idempotency_key for a number, boolean, object, array, empty or
+    256-character key; nothing runs, and the same call without a key then works."""
+    wrong = []
+    for bad in [42, True, {"key": "k"}, ["k"], "", "k" * 256]:
+        before = server.count()
+        answer = server.call(server.options.charge_tool, server.charge_arguments(100), idempotencyKey=bad)
+        if server.count() != before or error_type(answer) != INVALID_KEY or answer["error"].get("code") != INVALID_PARAMS:
+            wrong.append(f"{json.dumps(bad)[:12]} -> {json.dumps(answer)[:160]}")
+    expect(not wrong, "; ".join(wrong))
+
+
+@check("oversized-key-not-echoed", "a one-megabyte key is refused without being echoed back", "POSITION", ["P2"])
+def oversized_key_not_echoed(server: Server) -> dict:
+    oversized = "k" * (1024 * 1024)
+    line = server.raw_reply(server.send_call(server.options.charge_tool, server.charge_arguments(100), oversized))
+    expect(len(line) < 1024, f"the answer is {len(line)} bytes long")
+
+
+@check("other-methods-ignore-the-key", "a key on a method other than tools/call is not examined", "MUST", ["W2"])
+def other_methods_ignore_the_key(server: Server) -> dict:
+    """Only tools/call is covered: tools/list with any idempotencyKey is served as usual."""
+    for key in ["w2-key", 7]:
+        listed = server.request("tools/list", {"idempotencyKey": key})
+        expect("result" in listed, f"tools/list with idempotencyKey {key!r} was refused: {listed}")
+
+
+# --- S1, P4, P7: calls in flight (a server whose charge is slow) ----------------
+
+
+def settle(server: Server) -> None:
+    """Give a call just sent time to reach the tool on a slow server."""
+    time.sleep(server.options.settle)
+
+
+def overlapping(server: Server, first_amount, second_amount) -> tuple[dict, dict, bool, str, int]:
+    """Two keyed charges, the second sent while the first is in flight: both answers, whether each came
+    while the other was still unanswered, and how many charges they made."""
+    key, before = new_key(), server.count()
+    first = server.send_charge(first_amount, key)
+    settle(server)
+    second = server.send_charge(second_amount, key)
+    second_answer = server.reply(second)
+    second_early = not server.answered(first)
+    first_answer = server.reply(first)
+    if not second_early and "error" not in second_answer:
+        raise Inconclusive(f"the first call was answered within {server.options.settle:g} s: the server named by "
+                           "--slow-command/--slow-url must take longer to charge")
+    return first_answer, second_answer, second_early, key, server.count() - before
+
+
+@check("in-flight-duplicate-not-executed", "a duplicate of a running call does not start a second execution",
+       "MUST", ["S0", "S1"], needs="slow")
+def in_flight_duplicate_not_executed(server: Server) -> dict:
+    first, second, _, _, charges = overlapping(server, 100, 100)
+    expect(charges == 1, f"two overlapping calls with one key charged {charges} times")
+
+
+@check("in-flight-duplicate-rejected-at-once", "a duplicate of a running call is rejected at once, not queued",
+       "SHOULD", ["S1"], needs="slow")
+def in_flight_duplicate_rejected_at_once(server: Server) -> dict:
+    """The server SHOULD reject the duplicate at once with an "already in progress" error; it MUST NOT make it
+    wait indefinitely, and the SEP names queuing behind the original as not the chosen behaviour."""
+    first, second, early, key, _ = overlapping(server, 100, 100)
+    expect("error" in second, f"the duplicate got a result, after waiting for the original: {second}")
+    expect(early, "the duplicate's rejection came only after the original finished")
+
+
+@check("in-progress-error-data", "the in-progress error carries error.data {type: idempotency_key_in_progress, "
+       "idempotencyKey}", "SHOULD", ["S1a", "P5"], needs="slow")
+def in_progress_error_data(server: Server) -> dict:
+    first, second, _, key, _ = overlapping(server, 100, 100)
+    expect(second.get("error", {}).get("data") == {"type": IN_PROGRESS, "idempotencyKey": key},
+           f"the duplicate's answer: {second}")
+
+
+@check("conflict-while-running", "other arguments under a running call's key are a conflict, and run nothing",
+       "MUST", ["S3", "P4"], needs="slow")
+def conflict_while_running(server: Server) -> dict:
+    """The fingerprint is compared first, so a changed request is a conflict even before the original ends."""
+    first, second, early, key, charges = overlapping(server, 100, 200)
+    expect(charges == 1 and "error" in second, f"the changed request ran ({charges} charges): {second}")
+    if error_type(second) != CONFLICT:
+        raise Inconclusive(f"rejected, but not as a conflict (P4 checks the fingerprint first): {second['error']}")
+
+
+@check("cancelled-call-runs-once", "a cancelled keyed call still completes once; its retry never runs it again",
+       "MUST", ["S0", "S4", "P7"], needs="slow")
+def cancelled_call_runs_once(server: Server) -> dict:
+    """The client gives up (notifications/cancelled on stdio, a closed connection over HTTP) and retries under
+    the same key: never a second execution, and once the original ends the retry gets its result."""
+    key, before = new_key(), server.count()
+    first = server.send_charge(100, key)
+    settle(server)
+    server.cancel(first)
+    retry = server.charge(100, key)
+    expect(succeeded(retry) or error_type(retry) == IN_PROGRESS or "error" in retry, f"the retry: {retry}")
+    deadline = time.monotonic() + server.options.timeout
+    while not succeeded(retry) and time.monotonic() < deadline:
+        time.sleep(0.25)
+        retry = server.charge(100, key)
+    expect(succeeded(retry), f"the key never gave a result after the cancel: {retry}")
+    expect(server.count() == before + 1, f"the cancelled call and its retries charged {server.count() - before} times")
+    expect(server.alive(), "the server stopped answering")
+
+
+# --- R1, R5: retention (a server whose window the kit can wait out) -------------
+
+
+@check("retention-window", "a key replays inside the window and may run anew after it", "MUST", ["R1", "R2", "R5",
+       "P8"], needs="short_retention")
+def retention_window(server: Server) -> dict:
+    """State is kept for a bounded window: the key replays inside it; past it, it counts as new (MAY)."""
+    window = server.options.short_retention
+    key, before = new_key(), server.count()
+    first = server.charge(100, key)
+    expect(server.charge(100, key).get("result") == first["result"] and server.count() == before + 1,
+           "the key did not replay inside its window")
+    time.sleep(window + 1)
+    server.charge(100, key)
+    if server.count() != before + 2:
+        raise Inconclusive(f"the key still replayed {window + 1:g} s later, past the window of {window:g} s")
+
+
+# --- R6, P9: the bound ----------------------------------------------------------
+
+
+@check("store-bound", "a full store refuses a new key; replays and unkeyed calls still work", "POSITION",
+       ["R6", "P9"], needs="bounded")
+def store_bound(server: Server) -> dict:
+    """When the store holds its maximum of records, a call with a new key is refused with
+    idempotency_store_full rather than run without the guarantee."""
+    stored = []
+    for _ in range(server.options.max_records + 1):
+        key = new_key()
+        answer = server.charge(100, key)
+        if error_type(answer) == STORE_FULL:
+            break
+        stored.append((key, answer))
+    else:
+        raise Failed(f"{server.options.max_records + 1} new keys were all accepted")
+    before = server.count()
+    replay = server.charge(100, stored[0][0]) if stored else None
+    expect(replay is None or replay.get("result") == stored[0][1]["result"], "a stored key did not replay while full")
+    expect(succeeded(server.charge(100)), "a call without a key failed while the store was full")
+    expect(server.count() == before + 1, "a refused or replayed call ran the tool")
+
+
+# --- bad input ----------------------------------------------------------------
+
+
+@check("malformed-input-survived", "broken messages charge nothing, claim no key, and the server serves on",
+       "POSITION", ["S0", "P2"])
+def malformed_input_survived(server: Server) -> dict:
+    """Not JSON, truncated JSON with a key, jsonrpc 1.0, params as an array, a keyed call without a tool name
+    or without an id: after each the server answers, nothing was charged, and the key works once."""
+    key, before = new_key(), server.count()
+    good = server.spelled("bad", "tools/call", charge_members(server, '{"amount":100}') + f',"idempotencyKey":"{key}"')
+    bad_lines = [
+        "charge 100 to order-1",
+        good[:-2],
+        good.replace('"jsonrpc":"2.0"', '"jsonrpc":"1.0"'),
+        good.replace('"params":{', '"params":[{', 1) + "]",
+        good.replace(f'"name":{json.dumps(server.options.charge_tool)},', ""),
+        good.replace('"id":"bad",', ""),
+    ]
+    for line in bad_lines:
+        server.send_text(line, None)
+    expect(server.alive(), "the server stopped answering")
+    expect(server.count() == before, f"broken messages charged {server.count() - before} times")
+    first, again = server.charge(100, key), server.charge(100, key)
+    expect(succeeded(first) and again.get("result") == first["result"], f"the key is no longer usable: {first}")
+    expect(server.count() == before + 1, "the key ran more than once")
+
+
+# --- P20: revisions -------------------------------------------------------------
+
+
+@check("replay-across-revisions", "a key recorded on 2026-07-28 replays its outcome to a 2025-11-25 retry",
+       "POSITION", ["S2", "L1", "P20"])
+def replay_across_revisions(server: Server) -> dict:
+    """One server speaking both revisions keeps one key space: the retry in the other revision is a replay,
+    reshaped as that revision's result."""
+    if server.opening["revision"] != MODERN or not isinstance(server.connection, Http):
+        raise Skipped("needs a server that speaks 2026-07-28 over HTTP, where a retry may use another revision")
+    key, before = new_key(), server.count()
+    original = server.charge(100, key)
+    server.connection.revision = HANDSHAKE
+    try:
+        replay = server.charge(100, key)
+    finally:
+        server.connection.revision = MODERN
+    expect(server.count() == before + 1, "the retry in the other revision ran the tool again")
+    expect(replay.get("result", {}).get("content") == original["result"]["content"], f"the retry: {replay}")
+
+
+# ----------------------------------------------------------------------------
+# 4. Running the checks: results, baseline, output
+# ----------------------------------------------------------------------------
+
+VARIANTS = {"main": "", "slow": "slow_", "short_retention": "short_retention_", "bounded": "bounded_"}
+WHAT_VARIANT = {
+    "slow": "a server whose charge takes at least two seconds (--slow-command or --slow-url)",
+    "short_retention": "a server whose retention window is --short-retention seconds "
+                       "(--short-retention-command or --short-retention-url)",
+    "bounded": "a server that holds at most --max-records records (--bounded-command or --bounded-url)",
+}
+
+
+def connect(options, variant: str) -> Connection | None:
+    """A connection to the server a variant names, or None when the command line names none."""
+    prefix = VARIANTS[variant]
+    command, url = getattr(options, f"{prefix}command"), getattr(options, f"{prefix}url")
+    if url:
+        return Http(url, options.timeout, options.headers)
+    if command:
+        return Stdio(command, options.timeout)
+    return None
+
+
+def result(check: Check, status: str, details: dict | None = None, error: str | None = None) -> dict:
+    """One entry of checks.json, in the official suite's shape."""
+    entry = {"id": check.id, "name": check.name, "description": check.description, "status": status,
+             "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
+             "specReferences": [{"id": f"SEP-3182 {row}", "url": SPEC_URL} for row in check.rows],
+             "details": {"severity": check.severity, **(details or {})}}
+    if error is not None:
+        entry["errorMessage"] = error
+    return entry
+
+
+def run_one(check: Check, server: Server) -> dict:
+    """Run one check: SUCCESS, FAILURE (WARNING for SHOULD and POSITION), SKIPPED, or WARNING if inconclusive."""
+    try:
+        details = check.run(server) or {}
+        return result(check, "SUCCESS", details)
+    except Skipped as why:
+        return result(check, "SKIPPED", error=str(why))
+    except Inconclusive as why:
+        return result(check, "WARNING", error=str(why))
+    except Failed as why:
+        return result(check, "FAILURE" if check.severity == "MUST" else "WARNING", error=str(why))
+    except (OSError, TimeoutError, ValueError, KeyError, TypeError, http.client.HTTPException) as broken:
+        status = "FAILURE" if check.severity == "MUST" else "WARNING"
+        return result(check, status, error=f"{type(broken).__name__}: {broken}")
+
+
+def run_checks(options, checks: list) -> list:
+    """Run the chosen checks, each variant's on a server of its own (a fresh process where the kit starts it)."""
+    results = []
+    for variant in VARIANTS:
+        chosen = [check for check in checks if check.needs == variant]
+        if not chosen:
+            continue
+        connection = connect(options, variant)
+        if connection is None:
+            results += [result(check, "SKIPPED", error=f"needs {WHAT_VARIANT[variant]}") for check in chosen]
+            continue
+        try:
+            try:
+                server = Server(connection, options)
+            except (OSError, TimeoutError, ValueError, KeyError, http.client.HTTPException) as broken:
+                results += [result(check, "FAILURE", error=f"could not open the server: {broken}") for check in chosen]
+                continue
+            for check in chosen:
+                results.append(run_one(check, server))
+                print(line_for(results[-1]), flush=True)
+        finally:
+            connection.close()
+    return results
+
+
+def line_for(entry: dict) -> str:
+    """One line per check."""
+    line = f"{entry['status']:<8} {entry['id']}: {entry['name']}"
+    return line if "errorMessage" not in entry else f"{line} -- {entry['errorMessage'][:300]}"
+
+
+def read_baseline(path: Path) -> set:
+    """The ids of an expected-failures file (the official suite's YAML: a `server:` list; `scenario:check` kept as check)."""
+    ids = set()
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("- "):
+            ids.add(line[2:].strip().strip("'\"").rsplit(":", 1)[-1])
+    return ids
+
+
+def exit_status(results: list, baseline: set) -> tuple[int, list]:
+    """The official suite's rules: an unexpected failure, or a baselined check that now passes, fails the run."""
+    problems = []
+    for entry in results:
+        if entry["status"] == "FAILURE" and entry["id"] not in baseline:
+            problems.append(f"regression: {entry['id']} failed and is not in the expected failures")
+        if entry["status"] in ("SUCCESS", "WARNING") and entry["id"] in baseline:
+            problems.append(f"stale baseline: {entry['id']} passes now; remove it from the expected failures")
+    return (1 if problems else 0), problems
+
+
+def header(text: str) -> tuple[str, str]:
+    """A --header 'Name: value'."""
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected 'Name: value', got {text!r}")
+    return name.strip(), value.strip()
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    target = parser.add_argument_group("the server under test (one of)")
+    target.add_argument("--command", help="start this command and speak to it over stdio")
+    target.add_argument("--url", help="speak Streamable HTTP to this running endpoint")
+    variants = parser.add_argument_group("servers for the rows that need one (each check is SKIPPED without)")
+    for variant, prefix in list(VARIANTS.items())[1:]:
+        flag = prefix.replace("_", "-")
+        variants.add_argument(f"--{flag}command", metavar="CMD", help=f"stdio: {WHAT_VARIANT[variant]}")
+        variants.add_argument(f"--{flag}url", metavar="URL", help="HTTP: the same, already running")
+    variants.add_argument("--short-retention", type=float, default=1.0, metavar="SECONDS",
+                          help="the window of the short-retention server (default: 1)")
+    variants.add_argument("--max-records", type=int, default=3, metavar="N",
+                          help="the bound of the bounded server (default: 3)")
+    contract = parser.add_argument_group("the fixture contract (README.md)")
+    contract.add_argument("--charge-tool", default="charge_guarded", help="the tool with a counted side effect")
+    contract.add_argument("--amount-argument", default="amount", help="its positive integer argument")
+    contract.add_argument("--refused-amount", type=int, default=0, help="an amount it refuses (default: 0)")
+    contract.add_argument("--count-tool", default="get_balance", help="the tool that reads the count")
+    contract.add_argument("--count-field", default="charges", help="the count's member in that tool's JSON")
+    contract.add_argument("--other-tool", default="charge_unguarded", help="another tool taking the same arguments")
+    parser.add_argument("--revision", choices=["auto", MODERN, HANDSHAKE], default="auto",
+                        help="auto: server/discover on 2026-07-28, else the 2025-11-25 handshake")
+    parser.add_argument("--timeout", type=float, default=15, help="seconds to wait for one answer (default: 15)")
+    parser.add_argument("--settle", type=float, default=0.5,
+                        help="seconds between a slow call and its duplicate (default: 0.5)")
+    parser.add_argument("--bearer", metavar="TOKEN", help="HTTP: send Authorization: Bearer TOKEN")
+    parser.add_argument("--header", type=header, action="append", default=[], metavar="'Name: value'",
+                        help="HTTP: send this header with every request (repeatable)")
+    parser.add_argument("--check", action="append", metavar="ID", help="run only this check (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the checks and exit")
+    parser.add_argument("--json", metavar="FILE", help="write the results as checks.json")
+    parser.add_argument("--expected-failures", metavar="FILE", help="a baseline of checks expected to fail")
+    options = parser.parse_args(argv)
+    options.headers = dict(options.header)
+    if options.bearer:
+        options.headers["Authorization"] = f"Bearer {options.bearer}"
+    if not options.list and bool(options.command) == bool(options.url):
+        parser.error("name the server under test with exactly one of --command and --url")
+    return options
+
+
+def main(argv=None) -> int:
+    options = parse_args(argv)
+    if options.list:
+        for check in CHECKS:
+            print(f"{check.id}  [{check.severity}; {', '.join(check.rows)}; {check.needs} server]  {check.name}")
+        return 0
+    unknown = set(options.check or []) - {check.id for check in CHECKS}
+    if unknown:
+        print(f"no such check: {', '.join(sorted(unknown))} (--list shows them)", file=sys.stderr)
+        return 2
+    checks = [check for check in CHECKS if not options.check or check.id in options.check]
+    results = run_checks(options, checks)
+    if options.json:
+        Path(options.json).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    baseline = read_baseline(Path(options.expected_failures)) if options.expected_failures else set()
+    status, problems = exit_status(results, baseline)
+    for problem in problems:
+        print(problem)
+    tally = {name: sum(entry["status"] == name for entry in results) for name in ("SUCCESS", "FAILURE", "WARNING", "SKIPPED")}
+    print(f"sep-3182: {tally['SUCCESS']} passed, {tally['FAILURE']} failed, {tally['WARNING']} warnings, "
+          f"{tally['SKIPPED']} skipped")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
