@@ -1,0 +1,171 @@
+"""The conformance kit (conformance/): its requirements file, its exit rules and options, and what it
+finds against every server of ours and every stand-in that breaks one rule."""
+
+import http.server
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import kit_targets
+from wire import ROOT, sdk2_python
+
+sys.path.insert(0, str(ROOT / "conformance"))
+import kit  # noqa: E402
+
+REQUIREMENTS = kit.load_requirements(ROOT / "conformance" / "sep-3182.yaml")["requirements"]
+CHECK_IDS = {check.id for check in kit.CHECKS}
+
+# Every row of W, S, E, R, K, C and L whose strength in the SEP summary has a MUST, MUST NOT or SHOULD.
+NORMATIVE_ROWS = ["W5", "W8", "C3", "S0", "S1", "S1a", "S2", "S3", "S3b", "E1", "E2", "E3", "E4", "E6",
+                  "R1", "R3", "R6", "K1", "K2", "K3", "L2"]
+
+
+# ----------------------------------------------------------------------------
+# The requirements file: every requirement traced
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("requirement", REQUIREMENTS, ids=lambda requirement: requirement["row"])
+def test_every_requirement_names_a_check_or_a_reason(requirement):
+    assert requirement.get("text"), requirement
+    assert bool(requirement.get("check")) != bool(requirement.get("excluded")), requirement
+
+
+@pytest.mark.parametrize("check_id", sorted({r["check"] for r in REQUIREMENTS if r.get("check")}))
+def test_every_check_the_requirements_name_exists(check_id):
+    assert check_id in CHECK_IDS
+
+
+@pytest.mark.parametrize("row", NORMATIVE_ROWS)
+def test_every_normative_row_of_the_sep_has_a_requirement(row):
+    assert any(requirement["row"] == row for requirement in REQUIREMENTS)
+
+
+@pytest.mark.parametrize("check", kit.CHECKS, ids=lambda check: check.id)
+def test_every_check_tests_a_requirement_or_a_position_of_ours(check):
+    traced = any(requirement.get("check") == check.id for requirement in REQUIREMENTS)
+    assert traced or check.severity == "POSITION"
+    assert check.id.startswith("sep-3182-")
+
+
+def test_a_requirement_without_check_or_reason_is_caught(tmp_path):
+    """The trace test above can fail: an entry with only a text is read as such."""
+    broken = tmp_path / "sep.yaml"
+    broken.write_text("sep: 3182\nrequirements:\n  - row: S0\n    text: 'MUST NOT execute again: twice.'\n")
+    (entry,) = kit.load_requirements(broken)["requirements"]
+    assert entry == {"row": "S0", "text": "MUST NOT execute again: twice."}
+
+
+# ----------------------------------------------------------------------------
+# The official exit rules and baseline file
+# ----------------------------------------------------------------------------
+
+
+def entries(**statuses) -> list[dict]:
+    return [{"id": f"sep-3182-{name.replace('_', '-')}", "status": status} for name, status in statuses.items()]
+
+
+@pytest.mark.parametrize(("statuses", "baseline", "status"), [
+    pytest.param({"a": "FAILURE"}, {"sep-3182-a"}, 0, id="fails_and_baselined_expected"),
+    pytest.param({"a": "FAILURE"}, set(), 1, id="fails_not_baselined_regression"),
+    pytest.param({"a": "SUCCESS"}, {"sep-3182-a"}, 1, id="passes_and_baselined_stale"),
+    pytest.param({"a": "SUCCESS"}, set(), 0, id="passes_not_baselined"),
+    pytest.param({"a": "SKIPPED"}, {"sep-3182-a", "sep-3182-gone"}, 0, id="baselined_skipped_or_absent_tolerated"),
+    pytest.param({"a": "WARNING"}, set(), 0, id="a_warning_is_no_failure"),
+])
+def test_exit_status_follows_the_official_rules(statuses, baseline, status):
+    assert kit.exit_status(entries(**statuses), baseline)[0] == status
+
+
+def test_baseline_is_read_in_the_official_shape(tmp_path):
+    baseline = tmp_path / "expected-failures.yaml"
+    baseline.write_text("server:\n  - sep-3182-a  # known\n  - 'sep-3182-b'\n  - some-scenario:sep-3182-c\n")
+    assert kit.read_baseline(baseline) == {"sep-3182-a", "sep-3182-b", "sep-3182-c"}
+
+
+# ----------------------------------------------------------------------------
+# The command line, end to end
+# ----------------------------------------------------------------------------
+
+
+def run(*options: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "conformance" / "kit.py"), *options],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def stdio_command(script: str, tmp_path) -> str:
+    return subprocess.list2cmdline([sdk2_python(), str(ROOT / script), "--store", f"sqlite:{tmp_path / 'store.db'}"])
+
+
+def test_list_prints_every_check():
+    listed = run("--list")
+    assert listed.returncode == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == [check.id for check in kit.CHECKS]
+
+
+def test_a_failing_check_fails_the_run_unless_baselined_and_a_stale_baseline_fails_it(tmp_path):
+    stand_in = stdio_command("tests/stand_ins/drops_the_capability.py", tmp_path)
+    baseline = tmp_path / "expected.yaml"
+    baseline.write_text("server:\n  - sep-3182-capability-declared\n")
+    chosen = ["--check", "sep-3182-capability-declared", "--check", "sep-3182-repeat-executes-once"]
+
+    regression = run("--command", stand_in, *chosen, "--json", str(tmp_path / "checks.json"))
+    expected = run("--command", stand_in, *chosen, "--expected-failures", str(baseline))
+    stale = run("--command", stdio_command("sdk2/server.py", tmp_path), *chosen, "--expected-failures", str(baseline))
+
+    assert regression.returncode == 1, regression.stdout
+    assert regression.stdout.splitlines()[-1] == "sep-3182: 1 passed, 1 failed, 0 warnings, 0 skipped"
+    assert expected.returncode == 0, expected.stdout
+    assert stale.returncode == 1 and "stale baseline: sep-3182-capability-declared" in stale.stdout
+    report = json.loads((tmp_path / "checks.json").read_text())
+    assert [entry["status"] for entry in report] == ["FAILURE", "SUCCESS"]
+    for entry in report:  # the official checks.json fields
+        assert {"id", "name", "description", "status", "timestamp", "specReferences", "details"} <= set(entry)
+
+
+def test_bearer_and_header_options_reach_an_http_server():
+    seen = []
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (the standard library's name)
+            seen.append(dict(self.headers))
+            self.send_response(401)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    try:
+        refused = run("--url", f"http://127.0.0.1:{listener.server_port}/mcp", "--bearer", "t0ken",
+                      "--header", "X-Tenant: acme", "--check", "sep-3182-capability-declared", "--timeout", "5")
+    finally:
+        listener.shutdown()
+    assert refused.returncode == 1 and "could not open the server" in refused.stdout
+    assert seen and all(headers["Authorization"] == "Bearer t0ken" and headers["X-Tenant"] == "acme"
+                        for headers in seen)
+
+
+# ----------------------------------------------------------------------------
+# Against every server of ours, and every stand-in (tests/kit_targets.py; .ci/run does the same)
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", [name for name in kit_targets.TARGETS if name not in kit_targets.STAND_INS])
+def test_kit_passes_against_every_server_of_ours(name):
+    results, output = kit_targets.run_kit(name)
+    assert kit_targets.problems_of(name, results) == [], output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", list(kit_targets.STAND_INS))
+def test_each_stand_in_falls_short_on_exactly_the_checks_of_its_broken_rule(name):
+    results, output = kit_targets.run_kit(name)
+    assert kit_targets.short_of(results) == kit_targets.STAND_INS[name][1], output
