@@ -24,6 +24,7 @@ from pathlib import Path
 from wire import ROOT, free_port, sdk2_python
 
 KIT = ROOT / "conformance" / "kit.py"
+TYPESCRIPT = ROOT / "typescript"
 PYTHON_1X = os.environ.get("SEP3182_PYTHON_1X", str(ROOT / ".venv" / "bin" / "python"))
 VARIANTS = {"": [], "slow-": ["--charge-delay", "2"], "short-retention-": ["--retention", "1"],
             "bounded-": ["--max-records", "3"]}
@@ -41,8 +42,8 @@ TARGETS = {
     "2x-http": ("2.x HTTP", "http", lambda: python_2x("sdk2/server.py"), []),
     "2x-http-2025": ("2.x HTTP, 2025 handshake", "http", lambda: python_2x("sdk2/server.py"),
                      ["--revision", "2025-11-25"]),
-    "ts-stdio": ("TS stdio", "stdio", lambda: ["node", str(ROOT / "typescript" / "server.mjs")], []),
-    "ts-http": ("TS HTTP", "http", lambda: ["node", str(ROOT / "typescript" / "server.mjs")], []),
+    "ts-stdio": ("TS stdio", "stdio", lambda: ["node", str(TYPESCRIPT / "server.mjs")], []),
+    "ts-http": ("TS HTTP", "http", lambda: ["node", str(TYPESCRIPT / "server.mjs")], []),
 }
 
 # What a target of ours may fall short on, and why (a WARNING, never a FAILURE).
@@ -112,9 +113,17 @@ def http_server(command: list[str]):
             process.wait()
 
 
+def typescript_installed() -> None:
+    """The TypeScript server's packages, as its lockfile pins them (npm ci once, as tests/interop/run.sh does)."""
+    if not (TYPESCRIPT / "node_modules").is_dir():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=TYPESCRIPT, check=True, timeout=300)
+
+
 def run_kit(name: str) -> tuple[list[dict], str]:
     """Run the kit against one target: its checks.json entries and its printed output."""
     _, transport, command_of, extra = TARGETS[name]
+    if name.startswith("ts-"):
+        typescript_installed()
     with tempfile.TemporaryDirectory() as folder, ExitStack() as servers:
         options = []
         for variant, server_args in VARIANTS.items():
