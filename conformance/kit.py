@@ -241,8 +241,8 @@ class Http(Connection):
 
     def post(self, text: str, request_id=None) -> tuple[int, dict, str]:
         """One POST: status, headers (lower-case names) and the JSON-RPC answer for `request_id`, if any."""
-        Connection_ = http.client.HTTPSConnection if self.url.scheme == "https" else http.client.HTTPConnection
-        connection = Connection_(self.url.hostname, self.url.port, timeout=self.timeout)
+        kind = http.client.HTTPSConnection if self.url.scheme == "https" else http.client.HTTPConnection
+        connection = kind(self.url.hostname, self.url.port, timeout=self.timeout)
         if request_id is not None:
             self.sockets[request_id] = connection
         try:
@@ -310,7 +310,7 @@ def opened(connection: Connection, revision: str) -> dict:
     if revision in ("auto", MODERN):
         connection.revision = MODERN
         with contextlib.suppress(TimeoutError, ValueError, OSError, http.client.HTTPException):
-            answer = connection.reply(connection.send_request("server/discover", {}), timeout=min(5, connection.timeout))
+            answer = connection.request("server/discover", {})  # a server that lacks it answers with an error
             if "result" in answer:
                 return {"revision": MODERN, "capabilities": answer["result"].get("capabilities", {})}
         if revision == MODERN:
@@ -403,6 +403,8 @@ CHECKS: list = []
 
 
 class Check:
+    """One check: an id, a one-line name, MUST/SHOULD/POSITION, the rows it tests, the server it needs."""
+
     def __init__(self, id, name, severity, rows, needs, run):
         self.id, self.name, self.severity, self.rows, self.needs, self.run = id, name, severity, rows, needs, run
         self.description = " ".join((run.__doc__ or name).split())
@@ -477,8 +479,7 @@ def error_outcome_recorded(server: Server) -> dict:
            f"the error was not replayed: first {refused}, then {replay}")
     corrected = server.charge(100, key)
     expect(server.count() == before, "the same key with corrected arguments ran the tool")
-    expect(error_type(corrected) == CONFLICT or "error" in corrected,
-           f"the same key with corrected arguments was not rejected: {corrected}")
+    expect("error" in corrected, f"the same key with corrected arguments was not rejected: {corrected}")
 
 
 @check("conflict-leaves-the-record", "a rejected conflict is not recorded: the original still replays",
@@ -570,8 +571,9 @@ def first_then_retry(server: Server, first: str, retry: str) -> tuple[dict, dict
 
 
 def spelling_rows(server: Server, rows: list, want: str) -> dict:
-    """Each (first, retry) pair must be a replay or a conflict; every row runs, and the failures are listed."""
-    wrong = {}
+    """Each (first, retry) pair must be a replay or a conflict; every row runs, and the failures are listed.
+    Conflicts not shaped as P5 says (-32602, error.data type and key) are listed in the details."""
+    wrong, unshaped = {}, {}
     for label, first, retry in rows:
         original, answer, key = first_then_retry(server, charge_members(server, first) if first[0] == "{" else first,
                                                  charge_members(server, retry) if retry[0] == "{" else retry)
@@ -579,8 +581,10 @@ def spelling_rows(server: Server, rows: list, want: str) -> dict:
             wrong[label] = f"not replayed: {answer}"
         if want == "conflict" and "error" not in answer:
             wrong[label] = f"not rejected: {answer}"
+        elif want == "conflict" and (conflict_problem(answer, key) or answer["error"].get("code") != INVALID_PARAMS):
+            unshaped[label] = answer["error"]
     expect(not wrong, "; ".join(f"{label}: {why}" for label, why in wrong.items()))
-    return {"rows": [label for label, _, _ in rows]}
+    return {"rows": [label for label, _, _ in rows], **({"unshaped": unshaped} if want == "conflict" else {})}
 
 
 @check("equivalence-serialisation", "member order and whitespace do not make requests differ", "MUST", ["E2", "E6"])
@@ -598,9 +602,12 @@ def equivalence_numbers(server: Server) -> dict:
     return spelling_rows(server, [
         ("100 vs 100.0", '{"amount":100}', '{"amount":100.0}'),
         ("100 vs 1e2", '{"amount":100}', '{"amount":1e2}'),
+        ("100.0 vs 1E+2", '{"amount":100.0}', '{"amount":1E+2}'),
         ("1 vs 1e0", '{"amount":100,"note":1}', '{"amount":100,"note":1e0}'),
         ("0.5 vs 5e-1", '{"amount":100,"note":0.5}', '{"amount":100,"note":5e-1}'),
+        ("1e20 vs its integer", '{"amount":100,"note":1e20}', '{"amount":100,"note":100000000000000000000}'),
         ("-0 vs 0", '{"amount":100,"note":-0}', '{"amount":100,"note":0}'),
+        ("-0.0 vs 0", '{"amount":100,"note":-0.0}', '{"amount":100,"note":0}'),
         ("nested numbers", '{"amount":100,"note":[1.0,{"x":-0,"y":2e0}]}', '{"amount":100,"note":[1,{"y":2,"x":0}]}'),
     ], "replay")
 
@@ -641,6 +648,7 @@ def different_requests_conflict(server: Server) -> dict:
     rows = [
         ("different amount", '{"amount":100}', '{"amount":200}'),
         ("true vs 1", '{"amount":100,"note":true}', '{"amount":100,"note":1}'),
+        ("false vs 0", '{"amount":100,"note":false}', '{"amount":100,"note":0}'),
         ("null vs 0", '{"amount":100,"note":null}', '{"amount":100,"note":0}'),
         ("string vs number", '{"amount":100,"note":"1"}', '{"amount":100,"note":1}'),
         ("NFC vs NFD", '{"amount":100,"note":"caf\u00e9"}', '{"amount":100,"note":"cafe\u0301"}'),

@@ -23,6 +23,9 @@ from pathlib import Path
 
 from wire import ROOT, free_port, sdk2_python
 
+sys.path.insert(0, str(ROOT / "conformance"))
+import kit  # noqa: E402
+
 KIT = ROOT / "conformance" / "kit.py"
 TYPESCRIPT = ROOT / "typescript"
 PYTHON_1X = os.environ.get("SEP3182_PYTHON_1X", str(ROOT / ".venv" / "bin" / "python"))
@@ -119,25 +122,28 @@ def typescript_installed() -> None:
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=TYPESCRIPT, check=True, timeout=300)
 
 
-def run_kit(name: str) -> tuple[list[dict], str]:
-    """Run the kit against one target: its checks.json entries and its printed output."""
+def run_kit(name: str, checks: list[str] | None = None) -> tuple[list[dict], str]:
+    """Run the kit against one target (only `checks`, if named): its checks.json entries and its printed output."""
     _, transport, command_of, extra = TARGETS[name]
     if name.startswith("ts-"):
         typescript_installed()
+    needed = {"main"} | {check.needs for check in kit.CHECKS if not checks or check.id in checks}
     with tempfile.TemporaryDirectory() as folder, ExitStack() as servers:
-        options = []
+        options = [option for check in checks or [] for option in ("--check", check)]
         for variant, server_args in VARIANTS.items():
+            if (variant.rstrip("-").replace("-", "_") or "main") not in needed:
+                continue
             command = [*with_store(command_of(), Path(folder), variant.rstrip("-")), *server_args]
             if transport == "stdio":
                 options += [f"--{variant}command", subprocess.list2cmdline(command)]
             else:
                 options += [f"--{variant}url", servers.enter_context(http_server(command))]
         report = Path(folder) / "checks.json"
-        kit = subprocess.run([sys.executable, str(KIT), *options, *extra, "--json", str(report)],
+        ran = subprocess.run([sys.executable, str(KIT), *options, *extra, "--timeout", "30", "--json", str(report)],
                              capture_output=True, text=True, timeout=600, cwd=ROOT)
         if not report.exists():
-            raise RuntimeError(f"the kit wrote no report for {name}:\n{kit.stdout}\n{kit.stderr}")
-        return json.loads(report.read_text(encoding="utf-8")), kit.stdout + kit.stderr
+            raise RuntimeError(f"the kit wrote no report for {name}:\n{ran.stdout}\n{ran.stderr}")
+        return json.loads(report.read_text(encoding="utf-8")), ran.stdout + ran.stderr
 
 
 def short_of(results: list[dict]) -> set[str]:

@@ -10,10 +10,8 @@ import threading
 import pytest
 
 import kit_targets
+from kit_targets import kit
 from wire import ROOT, sdk2_python
-
-sys.path.insert(0, str(ROOT / "conformance"))
-import kit  # noqa: E402
 
 REQUIREMENTS = kit.load_requirements(ROOT / "conformance" / "sep-3182.yaml")["requirements"]
 CHECK_IDS = {check.id for check in kit.CHECKS}
@@ -153,6 +151,23 @@ def test_bearer_and_header_options_reach_an_http_server():
 # ----------------------------------------------------------------------------
 # Against every server of ours, and every stand-in (tests/kit_targets.py; .ci/run does the same)
 # ----------------------------------------------------------------------------
+
+# P3 (SEP E1-E7, S3, S3b): "the same request", spelled as raw JSON text. These rows live
+# in the kit only (one body of checks); test_equivalence.py keeps what is ours alone, the
+# numbers a double cannot hold.
+EQUIVALENCE = ["sep-3182-equivalence-serialisation", "sep-3182-equivalence-numbers", "sep-3182-equivalence-strings",
+               "sep-3182-equivalence-meta-ignored", "sep-3182-equivalence-absent-arguments",
+               "sep-3182-different-requests-conflict", "sep-3182-equivalence-null-member",
+               "sep-3182-equivalence-large-integers", "sep-3182-conflict-error-data", "sep-3182-error-code"]
+
+
+def test_kit_equivalence_rows_pass_on_every_target(target):
+    """Each spelling of one request replays; each different request under the key is a conflict."""
+    results, output = kit_targets.run_kit(target, EQUIVALENCE)
+    assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(EQUIVALENCE, "SUCCESS"), output
+    # P5 on every conflict row, not only the one conflict-error-data checks: -32602, type and key.
+    assert all(entry["details"].get("unshaped", {}) == {} for entry in results), output
+
 
 
 @pytest.mark.slow
