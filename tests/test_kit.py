@@ -169,6 +169,15 @@ def test_kit_equivalence_rows_pass_on_every_target(target):
     assert all(entry["details"].get("unshaped", {}) == {} for entry in results), output
 
 
+def test_kit_retention_and_bound_rows_pass_on_every_target(target):
+    """P8 (--retention 1): a key replays inside its window and runs anew after it. P9 (--max-records 3): a new
+    key is refused with -32602 idempotency_store_full and its key; replays and unkeyed calls carry on."""
+    rows = ["sep-3182-retention-window", "sep-3182-store-bound"]
+    results, output = kit_targets.run_kit(target, rows)
+    assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(rows, "SUCCESS"), output
+    assert all("unshaped" not in entry["details"] for entry in results), output
+
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)

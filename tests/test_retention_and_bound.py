@@ -1,20 +1,18 @@
 """P8 (records live for a bounded window) and P9 (the store holds a bounded number of them).
 
-The end-to-end tests run on every target with a short window or a small bound.
-The others run server.py in this process and move its fake clock instead of
-sleeping; tests/test_store.py does the same for the 2.x server's stores.
+The end-to-end rows on every target (a one-second window, a bound of three) are the
+conformance kit's, run by test_kit.py::test_kit_retention_and_bound_rows_pass_on_every_target:
+one body of checks. The tests here run server.py in this process and move its fake
+clock instead of sleeping; tests/test_store.py does the same for the 2.x server's stores.
 """
 
-import time
-
 import anyio
-import mcp.types as types
 import pytest
 from mcp.shared.exceptions import McpError
 
 from client_demo import call_tool, text
 from conftest import in_process_session, stored_keys
-from wire import IN_PROGRESS, REPLY_TIMEOUT, STORE_FULL, text_of
+from wire import IN_PROGRESS, REPLY_TIMEOUT, STORE_FULL
 
 HOLD = 0.5  # seconds a charge takes while a test needs one in flight
 
@@ -124,43 +122,7 @@ async def test_expired_records_behind_a_running_one_are_still_dropped(dedup, mon
         assert stored_keys(dedup) == ["running", "latest"]
 
 
-def test_key_reused_after_the_window_executes_anew_end_to_end(spawn):
-    """--retention reaches the server: a key is new again once its window has passed."""
-    wire = spawn("--retention", "0.5")
-    assert text_of(wire.charge(100, key="order-1")) == "Charged 100. New balance: 100"
-    time.sleep(1)  # a subprocess runs on the real clock; the only sleep in these tests
-    assert text_of(wire.charge(100, key="order-1")) == "Charged 100. New balance: 200"
-    assert wire.ledger() == {"balance": 200, "charges": 2}
-
-
 # P9: the bound on the store
-
-
-@pytest.fixture
-def full_server(spawn):
-    """A server that holds at most three records, holding three."""
-    wire = spawn("--max-records", "3")
-    for key in ("order-1", "order-2", "order-3"):
-        assert "result" in wire.charge(100, key=key)
-    assert wire.ledger() == {"balance": 300, "charges": 3}
-    return wire
-
-
-def test_new_key_is_refused_when_the_store_is_full(full_server):
-    refused = full_server.charge(100, key="order-4")
-    assert refused["error"]["code"] == types.INVALID_PARAMS
-    assert refused["error"]["data"] == {"type": STORE_FULL, "idempotencyKey": "order-4"}
-    assert full_server.ledger() == {"balance": 300, "charges": 3}  # refused before anything ran
-
-
-def test_replay_of_a_stored_key_works_while_full(full_server):
-    assert text_of(full_server.charge(100, key="order-1")) == "Charged 100. New balance: 100"
-    assert full_server.ledger() == {"balance": 300, "charges": 3}
-
-
-def test_call_without_a_key_works_while_full(full_server):
-    assert text_of(full_server.charge(100, tool="charge_unguarded")) == "Charged 100. New balance: 400"
-    assert full_server.ledger() == {"balance": 400, "charges": 4}
 
 
 @pytest.mark.targets("1x-stdio")
