@@ -129,7 +129,7 @@ async def call_tool(connection: Connection, name: str, arguments: dict, *, key: 
     `connection` is a ClientSession, or an async function that returns the session to
     send each attempt on (a client that reconnects after a lost connection passes one).
     """
-    key = key or new_key()  # once, outside the loop: every attempt is the same request
+    key = new_key() if key is None else key  # once, outside the loop: every attempt is the same request
     request = KeyedCall(params=KeyedCallParams(name=name, arguments=arguments, idempotency_key=key))
     back_off = policy.first_back_off
     for number in range(1, policy.attempts + 1):

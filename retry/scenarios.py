@@ -34,6 +34,7 @@ from mcp.shared.message import SessionMessage
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "sdk2"))
+from client_demo import linked  # noqa: E402  the 2.x demo's: puts a link between the SDK's session and transport
 from walkthrough import ServerLog, say, verdict  # noqa: E402
 
 from policy import TIMED_OUT, GaveUp, KeyRefused, Policy, call_tool, new_key  # noqa: E402
@@ -41,7 +42,7 @@ from policy import TIMED_OUT, GaveUp, KeyRefused, Policy, call_tool, new_key  # 
 LEDGER = HERE.parent / "sdk2" / "server.py"  # unchanged: the tool it serves is a charge
 MAIL = HERE / "mail_server.py"  # an outbox, and the alternatives
 TIMEOUT = 0.5  # seconds the client waits for each attempt; the servers answer in milliseconds
-QUICK = Policy(timeout=TIMEOUT, attempts=8, first_back_off=0.2, max_back_off=1.0)
+QUICK = Policy(timeout=TIMEOUT, attempts=8, first_back_off=0.2, max_back_off=1.0)  # a demo's seconds, not a day's
 SLOW_CHARGE = "1.2"  # seconds a charge takes when one must outlast the client's timeout
 
 
@@ -52,7 +53,8 @@ SLOW_CHARGE = "1.2"  # seconds a charge takes when one must outlast the client's
 
 @dataclass
 class Link:
-    """Between the SDK's session and its transport: can lose one response after the server sent it."""
+    """Between the SDK's session and its transport (sdk2/client_demo.py's `linked` pumps it): can lose one
+    response after the server sent it, and notices when the server's side closes."""
 
     server_log: ServerLog  # the server's decisions, printed before the answer they led to
     lose_next: bool = False  # lose the response to the next tools/call
@@ -82,20 +84,6 @@ class Link:
         self.closed = True
 
 
-@asynccontextmanager
-async def linked(transport, link: Link):
-    """A transport for the SDK's Client: `transport`, with the link between it and the session."""
-    async with transport as (from_server, to_server):
-        to_link, from_session = anyio.create_memory_object_stream(0)
-        to_session, from_link = anyio.create_memory_object_stream(0)
-        async with anyio.create_task_group() as pumps:
-            pumps.start_soon(link.outbound, from_session, to_server)
-            pumps.start_soon(link.inbound, from_server, to_session)
-            pumps.start_soon(link.server_log.follow)
-            yield from_link, to_link
-            pumps.cancel_scope.cancel()
-
-
 @dataclass
 class Server:
     """A server script over stdio, started in a folder of its own: its options, decision logs and pid file."""
@@ -114,10 +102,12 @@ class Server:
 
     @property
     def pid_file(self) -> Path:
+        """Where the running server's pid is."""
         return self.folder / "server.pid"
 
     @property
     def log(self) -> Path:
+        """The current start's decision log (its stderr)."""
         return self.folder / f"server{self.starts}.log"
 
     def kill(self) -> None:
@@ -131,17 +121,12 @@ def new_server(script: Path, args: list[str], folder: Path, name: str, who: str 
     return Server(script, args, folder / name, who)
 
 
-def link_to(server: Server, **options) -> Link:
-    """A new link, printing what this server decides."""
-    return Link(ServerLog(server.log, server.who), **options)
-
-
 @asynccontextmanager
 async def connected(server: Server, **link_options):
     """The SDK's Client (mcp 2.x; server/discover, then 2026-07-28), talking to a new start of `server`."""
     server.starts += 1
     server.log.touch()
-    link = link_to(server, **link_options)
+    link = Link(ServerLog(server.log, server.who), **link_options)
     with server.log.open("a") as errlog:
         transport = stdio_client(server.parameters(), errlog=errlog)
         async with Client(linked(transport, link), mode="auto") as client:
@@ -192,9 +177,7 @@ async def answered(connection, name: str, arguments: dict, **options) -> str:
 
 async def ledger(client: Client) -> dict:
     """Ground truth from sdk2/server.py's get_balance."""
-    truth = structured(await client.session.send_request(
-        mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name="get_balance", arguments={})),
-        mcp_types.CallToolResult))
+    truth = structured(await client.call_tool("get_balance", {}))
     say("ledger", f"{truth['charges']} charge(s), balance {truth['balance']}")
     return truth
 
@@ -245,6 +228,7 @@ async def killed_mid_charge(folder: Path) -> bool:
                         folder, "restart")
 
     async def kill_once_claimed():
+        """SIGKILL the server as soon as it has claimed the key, while it charges."""
         while "claimed:" not in server.log.read_text():
             await anyio.sleep(0.02)
         say("client", "kills the server (SIGKILL) while it charges: no answer, no record")
