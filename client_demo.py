@@ -29,6 +29,8 @@ try:
     from mcp.shared.exceptions import McpError
     from mcp.shared.message import SessionMessage
 except ImportError as missing:  # P12: no SDK, a broken one, or mcp 2.x (it drops the key)
+    if __name__ != "__main__":
+        raise
     sys.exit(f"client_demo.py needs the mcp 1.x SDK, which this Python cannot import ({missing}); set it up with: "
              "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt")
 
