@@ -173,7 +173,7 @@ def record(scoped_key: tuple[str, str], outcome: Outcome) -> None:
 async def run_once(scoped_key: tuple[str, str], fingerprint: bytes, request: types.CallToolRequest) -> Outcome:
     """S0, P7: claim the key, run the tool to completion whatever the client does, keep the outcome."""
     claim(scoped_key, fingerprint, request.params.name)
-    # P7: a cancel, or a client gone, must not stop a keyed run half way (a key running for ever, or a charge unrecorded).
+    # P7: a cancel or a vanished client must not stop a keyed run half way (a key left running, a charge unrecorded).
     with anyio.CancelScope(shield=True):
         outcome = await outcome_of(request)
     record(scoped_key, outcome)
