@@ -226,11 +226,14 @@ def replay(outcome: str, revision: str) -> dict:
 
 
 async def outcome_of(ctx, call_next) -> dict | MCPError:
-    """P6: whatever the SDK's tools/call handler produces, a result or a JSON-RPC error."""
+    """P6': what the SDK's tools/call handler produced: a result (isError too) or a JSON-RPC error."""
     try:
         return await call_next(ctx)
     except MCPError as error:
         return error
+    except Exception:  # P6': kept as an internal error, so the key never stays running
+        log.exception("the tool call failed unexpectedly")
+        return MCPError(**sep3182.INTERNAL_ERROR)
 
 
 async def run_once(ctx, call_next, key: str, owner: str) -> dict:
@@ -244,6 +247,11 @@ async def run_once(ctx, call_next, key: str, owner: str) -> dict:
         # the completed record commit together or not at all.
         async with store.transaction() as tx:
             outcome = await outcome_of(ctx, call_next)
+            if isinstance(outcome, MCPError) and outcome.error.code == sep3182.URL_ELICITATION_REQUIRED:
+                await tx.rollback()  # P6': asks for the same request again: released, not recorded
+                await store.release(key, owner)
+                log.debug("released: key=%r (URL elicitation required)", key)
+                raise outcome
             recorded_now = await tx.commit_with_record(key, owner, recorded(outcome, ctx.protocol_version))
     if not recorded_now:
         # P18: our lease passed and a retry took the key over, so our charge was

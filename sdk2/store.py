@@ -129,6 +129,10 @@ class Store(ABC):
         a running one whose lease passed is taken over by the same request), or the key taken."""
 
     @abstractmethod
+    async def release(self, key: str, owner: str) -> None:
+        """P6': give a claim back unrecorded, if `owner` still holds it: the key is new again."""
+
+    @abstractmethod
     def begin(self) -> Transaction:
         """A new unit of work, not yet started."""
 
@@ -213,6 +217,11 @@ class MemoryStore(Store):
         owner = new_owner()
         self.running[key] = MemoryRecord(fingerprint, owner, self.clock() + self.limits.lease)
         return Won(owner)
+
+    async def release(self, key: str, owner: str) -> None:
+        record = self.running.get(key)
+        if record is not None and record.owner == owner:
+            del self.running[key]
 
     def begin(self) -> Transaction:
         return MemoryTransaction(self)
@@ -307,6 +316,8 @@ WHERE idempotency_records.outcome IS NULL
 RETURNING owner
 """
 
+# P6': a claim given back unrecorded, by its owner only; the count follows (P9).
+SQLITE_RELEASE = "DELETE FROM idempotency_records WHERE key = ? AND owner = ? AND outcome IS NULL"
 SQLITE_NEW_KEY = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)"
 SQLITE_SET_COUNT = "UPDATE idempotency_record_count SET n = ?"
 
@@ -407,6 +418,20 @@ class SQLiteStore(Store):
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+
+    async def release(self, key: str, owner: str) -> None:
+        def give_back(db: sqlite3.Connection) -> None:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                if db.execute(SQLITE_RELEASE, (key, owner)).rowcount:
+                    db.execute("UPDATE idempotency_record_count SET n = n - 1")
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+        async with self.turn:
+            await anyio.to_thread.run_sync(give_back, self.writer)
 
     def begin(self) -> Transaction:
         return SQLiteTransaction(self)
@@ -566,6 +591,14 @@ $$
 
 POSTGRES_CLAIM = "SELECT status, fingerprint, outcome FROM idempotency_claim($1, $2, $3, $4, $5)"
 
+# P6': a claim given back unrecorded, by its owner only, with the count (P9), in one statement.
+POSTGRES_RELEASE = """
+WITH released AS (
+    DELETE FROM idempotency_records WHERE key = $1 AND owner = $2 AND outcome IS NULL RETURNING 1
+)
+UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM released)
+"""
+
 POSTGRES_COMPLETE = """
 UPDATE idempotency_records
 SET outcome = $3, expires_at = clock_timestamp() + make_interval(secs => $4), owner = NULL, lease_until = NULL
@@ -618,6 +651,10 @@ class PostgresStore(Store):
         if row["status"] == "full":
             return Full()
         return Held(bytes(row["fingerprint"]), row["outcome"])
+
+    async def release(self, key: str, owner: str) -> None:
+        async with self.pool.acquire() as db:
+            await db.execute(POSTGRES_RELEASE, key, owner)
 
     def begin(self) -> Transaction:
         return PostgresTransaction(self)

@@ -7,7 +7,7 @@ test_kit.py::test_kit_equivalence_rows_pass_on_every_target): one body of checks
 here pin what each of our SDKs does past that, so that a change in one shows up.
 
 The spellings are raw JSON text on the wire, since json.dumps cannot write `9007199254740993.0`
-or `1e400`. FastMCP ignores members its tool does not declare (1.9.4 and 1.30.0 alike), so a
+or `1e400`. FastMCP ignores members its tool does not declare (1.29.1 and 1.30.0 alike), so a
 `note` member carries the values; the fingerprint covers all of `arguments` regardless.
 """
 
