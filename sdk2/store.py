@@ -325,8 +325,12 @@ def connect_sqlite(path: str, wait_seconds: float) -> sqlite3.Connection:
     """A connection in autocommit mode (we say BEGIN ourselves), in WAL, waiting at most
     `wait_seconds` for another process's write lock."""
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    db.execute(f"PRAGMA busy_timeout = {int(wait_seconds * 1000)}")
+    # Set up waiting as a writer does, even for a connection that must never wait
+    # later: another process opening or closing the file (a fleet started at once)
+    # holds it for a moment, and a set-up that refused to wait would stop this one.
+    db.execute(f"PRAGMA busy_timeout = {WRITE_WAIT_SECONDS * 1000}")
     db.execute("PRAGMA synchronous = NORMAL")  # WAL: survives a killed process; an OS crash may lose the last commits
+    db.execute(f"PRAGMA busy_timeout = {int(wait_seconds * 1000)}")
     return db
 
 
