@@ -225,26 +225,68 @@ def replay(outcome: str, revision: str) -> dict:
     return shaped_for(outcome["result"], outcome["revision"], revision)
 
 
-async def outcome_of(ctx, call_next) -> dict | MCPError:
-    """P6: whatever the SDK's tools/call handler produces, a result or a JSON-RPC error."""
+# P6': the one outcome that asks the client to send the same request again (after
+# it completes the elicitation): it is not recorded, and the key is given back.
+SEND_AGAIN = mcp_types.URL_ELICITATION_REQUIRED  # -32042
+
+
+def internal_error() -> MCPError:
+    """P6': what anything unexpected becomes: a fixed message, no exception text leaked to the client."""
+    return MCPError(code=mcp_types.INTERNAL_ERROR, message="Internal error")
+
+
+async def outcome_of(ctx, call_next, key: str) -> dict | MCPError:
+    """P6': whatever the SDK's tools/call handler produces, a result or a JSON-RPC error; an
+    internal error when something unexpected escapes it, so the key never stays running."""
     try:
         return await call_next(ctx)
     except MCPError as error:
         return error
+    except Exception:
+        log.exception("internal error: key=%r tool=%s", key, ctx.params["name"])  # the traceback, to stderr
+        return internal_error()
+
+
+def recorded_as(outcome: dict | MCPError, key: str, revision: str) -> tuple[dict | MCPError, str]:
+    """P6': the outcome and its text for the store; an outcome that cannot be written down is an internal error."""
+    try:
+        return outcome, recorded(outcome, revision)
+    except Exception:
+        log.exception("internal error: key=%r, its outcome cannot be recorded", key)
+        return internal_error(), recorded(internal_error(), revision)
+
+
+async def run_and_record(ctx, call_next, key: str, owner: str) -> tuple[dict | MCPError, bool]:
+    """P17, P18: run the tool and commit its outcome with its side effect: (the outcome, recorded or fenced)."""
+    # P17: the tool's ledger write joins this transaction, so the charge and the
+    # completed record commit together or not at all.
+    async with ctx.lifespan_context.transaction() as tx:
+        outcome = await outcome_of(ctx, call_next, key)
+        if isinstance(outcome, MCPError) and outcome.error.code == SEND_AGAIN:
+            raise outcome  # rolls the unit of work back; run_once gives the key back
+        outcome, text = recorded_as(outcome, key, ctx.protocol_version)
+        return outcome, await tx.commit_with_record(key, owner, text)
 
 
 async def run_once(ctx, call_next, key: str, owner: str) -> dict:
-    """P4.1, P7, P17, P18: run the tool to completion and record its outcome with its side effect."""
+    """P4.1, P6', P7, P17, P18: run the tool to completion and record its outcome with its side effect."""
     store = ctx.lifespan_context
     log.debug("claimed: key=%r tool=%s", key, ctx.params["name"])
     # P7: a cancel (the 2.x client sends one on a stdio timeout) or a vanished
     # client must not stop a keyed execution half way.
     with anyio.CancelScope(shield=True):
-        # P17: the tool's ledger write joins this transaction, so the charge and
-        # the completed record commit together or not at all.
-        async with store.transaction() as tx:
-            outcome = await outcome_of(ctx, call_next)
-            recorded_now = await tx.commit_with_record(key, owner, recorded(outcome, ctx.protocol_version))
+        try:
+            outcome, recorded_now = await run_and_record(ctx, call_next, key, owner)
+        except MCPError as error:  # P6': -32042, sent as it is and not recorded
+            await store.release(key, owner)
+            log.debug("released: key=%r, the client is asked to send it again", key)
+            raise error
+        except BaseException:
+            # P6': nothing leaves the key claimed: what failed here was not
+            # recorded, so a retry runs the tool as if this call never came.
+            await store.release(key, owner)
+            log.exception("released: key=%r, its outcome could not be recorded", key)
+            raise internal_error() from None
     if not recorded_now:
         # P18: our lease passed and a retry took the key over, so our charge was
         # rolled back; this caller, like any retry, is told to come back for the outcome.

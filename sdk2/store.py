@@ -129,6 +129,10 @@ class Store(ABC):
         a running one whose lease passed is taken over by the same request), or the key taken."""
 
     @abstractmethod
+    async def release(self, key: str, owner: str) -> None:
+        """P6': give the key back (drop its running record) if `owner` still holds it, so a retry runs anew."""
+
+    @abstractmethod
     def begin(self) -> Transaction:
         """A new unit of work, not yet started."""
 
@@ -213,6 +217,11 @@ class MemoryStore(Store):
         owner = new_owner()
         self.running[key] = MemoryRecord(fingerprint, owner, self.clock() + self.limits.lease)
         return Won(owner)
+
+    async def release(self, key: str, owner: str) -> None:
+        record = self.running.get(key)
+        if record is not None and record.owner == owner:
+            del self.running[key]
 
     def begin(self) -> Transaction:
         return MemoryTransaction(self)
@@ -309,6 +318,10 @@ RETURNING owner
 
 SQLITE_NEW_KEY = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)"
 SQLITE_SET_COUNT = "UPDATE idempotency_record_count SET n = ?"
+
+# P6', P18: only the claim's owner may give it back; P9: the count follows.
+SQLITE_RELEASE = "DELETE FROM idempotency_records WHERE key = ? AND owner = ? AND outcome IS NULL"
+SQLITE_RELEASED = "UPDATE idempotency_record_count SET n = n - ?"
 
 # P18: only the claim's owner may complete it; a claim taken over is fenced off.
 SQLITE_COMPLETE = """
@@ -411,6 +424,20 @@ class SQLiteStore(Store):
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+
+    async def release(self, key: str, owner: str) -> None:
+        def give_back(db) -> None:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute(SQLITE_RELEASED, (db.execute(SQLITE_RELEASE, (key, owner)).rowcount,))
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
+        async with self.turn:
+            await anyio.to_thread.run_sync(give_back, self.writer)
 
     def begin(self) -> Transaction:
         return SQLiteTransaction(self)
@@ -570,6 +597,12 @@ $$
 
 POSTGRES_CLAIM = "SELECT status, fingerprint, outcome FROM idempotency_claim($1, $2, $3, $4, $5)"
 
+# P6', P18: only the claim's owner may give it back; P9: the count follows.
+POSTGRES_RELEASE = """
+WITH released AS (DELETE FROM idempotency_records WHERE key = $1 AND owner = $2 AND outcome IS NULL RETURNING 1)
+UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM released)
+"""
+
 POSTGRES_COMPLETE = """
 UPDATE idempotency_records
 SET outcome = $3, expires_at = clock_timestamp() + make_interval(secs => $4), owner = NULL, lease_until = NULL
@@ -622,6 +655,10 @@ class PostgresStore(Store):
         if row["status"] == "full":
             return Full()
         return Held(bytes(row["fingerprint"]), row["outcome"])
+
+    async def release(self, key: str, owner: str) -> None:
+        async with self.pool.acquire() as db:
+            await db.execute(POSTGRES_RELEASE, key, owner)
 
     def begin(self) -> Transaction:
         return PostgresTransaction(self)

@@ -142,6 +142,25 @@ async def test_a_fenced_completion_rolls_back_the_charge_it_joined(opened):
     assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, "charged 100")
 
 
+async def test_a_released_claim_lets_the_same_key_run_again_and_only_its_owner_may_release_it(opened):
+    """P6': -32042 asks the client to send the request again: its claim is given back, not recorded."""
+    store = opened.store
+    first = await store.claim("k", FINGERPRINT)
+    await store.release("k", "someone else")  # not the owner: nothing changes
+    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, None)
+
+    await store.release("k", first.owner)
+    second = await store.claim("k", FINGERPRINT)
+    assert isinstance(second, Won) and second.owner != first.owner
+    await store.release("k", first.owner)  # a stale owner cannot release the new claim
+    assert await charged(store, "k", second.owner)
+    await store.release("k", second.owner)  # nor can anyone release a completed record
+    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, "charged 100")
+
+    await store.claim("b", FINGERPRINT)  # P9: a released key left no record behind to count
+    assert await store.claim("c", FINGERPRINT) == Full()
+
+
 BAD_STORES = [
     pytest.param("redis://127.0.0.1/0", "unknown store", id="unknown-scheme"),
     pytest.param("sqlite:/no/such/folder/store.db", "No such file or directory", id="sqlite-folder-missing"),
