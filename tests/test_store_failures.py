@@ -1,0 +1,110 @@
+"""P18, P23: the shared store under production faults, on real server processes over HTTP.
+
+A store that fails under a keyed call (another process holds the SQLite file past
+the wait, the disk fills up) never has its failure recorded as the tool's outcome:
+the unit of work runs whole or not at all, the claim is given back, and the client
+gets a retryable rejection, `idempotency_store_unavailable`; its retry charges once.
+
+A tool slower than its lease, retried all along, completes exactly once (P18: the
+first completion wins; a takeover's later one is fenced off).
+
+The slow set freezes an instance (SIGSTOP, as a paused VM) at each phase of a keyed
+call, beside tests/test_crashes.py's SIGKILL runs: other keys wait a bounded time,
+the frozen key is taken over after one lease, and once the instance thaws (SIGCONT)
+the ledger still holds exactly the recorded charges.
+"""
+
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from stores import CHARGED, audit, decisions, read_store
+from wire import IN_PROGRESS, REPLY_TIMEOUT, error_type, start, text_of
+
+pytestmark = pytest.mark.targets("2x-http")
+
+FAULTS = Path(__file__).resolve().parent / "faults"
+STORE_UNAVAILABLE = "idempotency_store_unavailable"  # as the wire carries it (P5)
+
+
+# ----------------------------------------------------------------------------
+# Quick: a unit of work that cannot take the SQLite file runs nothing
+# ----------------------------------------------------------------------------
+
+LEASE = 3.0  # seconds; the store waits a third of it, one second, for the file
+HOLD = 2.5  # seconds another process holds the file's write lock: past that wait
+
+# Another process (a migration, a VACUUM, a backup) takes the write lock, says so, holds it.
+HOLD_THE_FILE = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("holding", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("ROLLBACK")
+"""
+
+
+def test_a_keyed_call_whose_write_cannot_take_the_sqlite_file_is_not_recorded_and_its_retry_charges_once(tmp_path):
+    """Issue 16, finding 1: the unit of work ran its statements outside any transaction when its
+    BEGIN timed out, and the failure was recorded as the tool's outcome."""
+    path = tmp_path / "store.db"
+    wire = start("2x-http", "--store", f"sqlite:{path}", "--lease", str(LEASE), "--charge-delay", "1")
+    try:
+        call = wire.send_call("charge_guarded", {"amount": 100}, key="order-1")
+        wire.wait_for_log("claimed: key='order-1'")  # the tool sleeps a second, then writes
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_FILE, str(path), str(HOLD)],
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline() == "holding\n"
+        refused = wire.reply(call)
+        holder.wait(REPLY_TIMEOUT)
+
+        assert error_type(refused) == STORE_UNAVAILABLE, refused
+        assert read_store(f"sqlite:{path}")[:2] == ({"balance": 0, "charges": 0}, {})  # no charge, no record
+        retried = wire.charge(100, key="order-1")
+        assert text_of(retried) == "Charged 100. New balance: 100"
+        assert wire.charge(100, key="order-1")["result"] == retried["result"]
+        assert audit(f"sqlite:{path}") == ({"order-1": (100, 100)}, set())
+    finally:
+        wire.close()
+
+
+# ----------------------------------------------------------------------------
+# Quick: a tool slower than its lease, retried all along, completes once
+# ----------------------------------------------------------------------------
+
+SLOW_LEASE = 2.0  # seconds
+SLOW_TOOL = 1.5 * SLOW_LEASE
+RETRY_EVERY = 0.6 * SLOW_LEASE
+RETRIES = 8  # at most: a livelock is caught after ten seconds
+
+
+def test_a_tool_that_takes_one_and_a_half_leases_retried_every_six_tenths_completes_exactly_once(store_url):
+    """P18, issue 16 finding 3: each takeover fenced the run before it, so the tool never completed."""
+    wire = start("2x-http", "--store", store_url, "--lease", str(SLOW_LEASE), "--charge-delay", str(SLOW_TOOL))
+    try:
+        sent = [wire.send_call("charge_guarded", {"amount": 100}, key="slow")]
+        with ThreadPoolExecutor(RETRIES + 1) as pool:
+            replies = [pool.submit(wire.reply, sent[0])]
+            while not any(done.done() and "result" in done.result() for done in replies) and len(sent) <= RETRIES:
+                time.sleep(RETRY_EVERY)
+                sent.append(wire.send_call("charge_guarded", {"amount": 100}, key="slow"))
+                replies.append(pool.submit(wire.reply, sent[-1]))
+            answers = [reply.result() for reply in replies]  # every call ends: run, replayed or refused
+
+        results = [answer["result"] for answer in answers if "result" in answer]
+        assert results, f"no retry of {len(sent)} ever got the outcome: {[error_type(a) for a in answers]}"
+        # The original completes first, after 1.5 leases, though a retry took its key over
+        # after 1.2: the first completion wins, and its caller gets it.
+        assert "result" in answers[0], f"the original was fenced off: {answers[0]}"
+        assert all(result == results[0] for result in results)
+        assert all(error_type(answer) == IN_PROGRESS for answer in answers if "result" not in answer)
+        assert decisions(wire)["recorded", "slow"] == 1
+        assert audit(store_url) == ({"slow": (100, 100)}, set())
+    finally:
+        wire.close()
