@@ -7,6 +7,7 @@ the windows are a second long and the test waits them out.
 """
 
 import importlib
+import sqlite3
 import subprocess
 import sys
 
@@ -278,3 +279,37 @@ def test_a_store_that_cannot_be_opened_stops_the_server_with_one_line(url, said)
     assert refused.returncode == 1 and refused.stdout == ""
     [line] = refused.stderr.splitlines()
     assert line.startswith(f"cannot open the store {url}: ") and said in line
+
+
+# The layout the previous version made (schema 1): NULL patterns across columns.
+SCHEMA_1 = ("CREATE TABLE idempotency_records (key TEXT PRIMARY KEY, fingerprint BYTEA NOT NULL, owner TEXT, "
+            "lease_until REAL, outcome TEXT, expires_at REAL)")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_store_made_by_the_previous_version_stops_the_server_with_one_line(kind, tmp_path, request):
+    """Issue 16, findings 7 and 12: the schema version is recorded and checked; an old store was
+    silently used with the new code's statements (or, on PostgreSQL, never upgraded)."""
+    if kind == "sqlite":
+        url = f"sqlite:{tmp_path / 'store.db'}"
+        with sqlite3.connect(tmp_path / "store.db") as db:
+            db.execute(SCHEMA_1)
+    else:
+        url = request.getfixturevalue("postgres_url")
+        anyio.run(execute_on, url, SCHEMA_1)
+    refused = subprocess.run([sdk2_python(), str(ROOT / "sdk2" / "server.py"), "--store", url],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+
+    assert refused.returncode == 1 and refused.stdout == ""
+    [line] = refused.stderr.splitlines()
+    assert line.startswith(f"cannot open the store {url}: ") and "schema version 1" in line
+
+
+async def execute_on(url: str, statement: str) -> None:
+    import asyncpg
+
+    db = await asyncpg.connect(url)
+    try:
+        await db.execute(statement)
+    finally:
+        await db.close()
