@@ -14,6 +14,7 @@ the frozen key is taken over after one lease, and once the instance thaws (SIGCO
 the ledger still holds exactly the recorded charges.
 """
 
+import signal
 import subprocess
 import sys
 import threading
@@ -108,3 +109,86 @@ def test_a_tool_that_takes_one_and_a_half_leases_retried_every_six_tenths_comple
         assert audit(store_url) == ({"slow": (100, 100)}, set())
     finally:
         wire.close()
+
+
+# ----------------------------------------------------------------------------
+# Slow: an instance frozen (SIGSTOP) at each phase of a keyed call
+# ----------------------------------------------------------------------------
+
+PHASES = ["before-claim-commit", "after-claim", "after-charge", "after-commit"]
+FROZEN_LEASE = 3.0  # seconds: the stores wait a third of it for a lock, one second
+OTHER_KEYS = 6  # new keys sent to the healthy instance while the other is frozen
+# What the frozen instance holds, by store and phase: nothing, or the lock every charge
+# needs. SQLite has one writer at a time and no way to take the lock from a frozen
+# one; PostgreSQL ends a session idle inside a transaction after a lease and a wait.
+HOLDS_THE_WRITERS = {("sqlite", "before-claim-commit"), ("sqlite", "after-charge"), ("postgresql", "after-charge")}
+
+
+def retry_until_charged(wire, key: str, amount: int, seconds: float) -> tuple[str, dict]:
+    """Retry `key` while the store is unavailable or the key in progress, for `seconds` at most."""
+    deadline = time.monotonic() + seconds
+    while True:
+        response = wire.charge(amount, key=key)
+        if "result" in response or time.monotonic() > deadline:
+            return ("charged" if "result" in response else error_type(response)), response
+        time.sleep(0.3)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("phase", PHASES)
+def test_instance_frozen_at_each_phase_holds_up_other_keys_a_bounded_time_and_charges_nothing_twice(
+        phase, store_url, monkeypatch, capsys):
+    """P18, P23, issue 16 finding 2: a frozen peer (a paused VM) left every other key waiting, unbounded."""
+    kind = store_url.split(":")[0]
+    server_args = ("--store", store_url, "--lease", str(FROZEN_LEASE))
+    healthy = start("2x-http", *server_args)
+    monkeypatch.setenv("PYTHONPATH", str(FAULTS))
+    monkeypatch.setenv("SEP3182_STOP_AT", phase)
+    frozen = start("2x-http", *server_args)
+    amounts = {"frozen": 1000, **{f"other-{i}": i + 1 for i in range(OTHER_KEYS)}}
+    waits, refused = [], 0
+    try:
+        call = frozen.send_call("charge_guarded", {"amount": amounts["frozen"]}, key="frozen")
+        frozen.wait_for_log(f"faults: SIGSTOP at {phase}")
+        time.sleep(0.2)  # the signal is delivered
+        stopped_at = time.monotonic()
+
+        for i in range(OTHER_KEYS):  # other keys, while it is frozen: each answered, in a bounded time
+            began = time.monotonic()
+            response = healthy.charge(amounts[f"other-{i}"], key=f"other-{i}")
+            waits.append(time.monotonic() - began)
+            assert "result" in response or error_type(response) == STORE_UNAVAILABLE, response
+            refused += "result" not in response
+        assert max(waits) < FROZEN_LEASE, f"another key waited {max(waits):.1f} s on a frozen instance"
+        if (kind, phase) not in HOLDS_THE_WRITERS:
+            assert refused == 0, f"{refused} other keys refused while an instance held nothing"
+
+        # Its own key: after one lease (and, on PostgreSQL, the end of its idle session), another
+        # instance runs or replays it; on SQLite a frozen writer holds the file until it thaws.
+        if kind == "postgresql" or (kind, phase) not in HOLDS_THE_WRITERS:
+            time.sleep(max(0.0, stopped_at + FROZEN_LEASE * 4 / 3 + 0.5 - time.monotonic()))
+            outcome, response = retry_until_charged(healthy, "frozen", amounts["frozen"], FROZEN_LEASE)
+            assert outcome == "charged", response
+            took = time.monotonic() - stopped_at
+        else:
+            took = None
+        frozen.process.send_signal(signal.SIGCONT)
+        late = frozen.reply(call)  # the thawed call's own answer: its outcome, or told to retry
+        assert "result" in late or error_type(late) in (IN_PROGRESS, STORE_UNAVAILABLE), late
+
+        for key, amount in amounts.items():  # after the thaw, everything completes, once
+            outcome, response = retry_until_charged(healthy, key, amount, FROZEN_LEASE * 2)
+            assert outcome == "charged", (key, response)
+    finally:
+        frozen.process.send_signal(signal.SIGCONT)
+        frozen.close()
+        healthy.close()
+
+    completed, running = audit(store_url)  # no double charge, no charge without its record
+    assert not running and {key: amount for key, (amount, _) in completed.items()} == amounts
+    with capsys.disabled():
+        print(f"\n[frozen, {kind}, {phase}] other keys waited at most {max(waits) * 1000:.0f} ms "
+              f"(median {sorted(waits)[len(waits) // 2] * 1000:.0f} ms), {refused} of {OTHER_KEYS} told to retry; "
+              f"own key {'charged elsewhere ' + format(took, '.1f') + ' s after the freeze' if took else 'held until the thaw'}; "
+              f"ledger: {len(completed)} charges, each recorded once", end="")
