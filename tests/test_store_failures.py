@@ -75,6 +75,45 @@ def test_a_keyed_call_whose_write_cannot_take_the_sqlite_file_is_not_recorded_an
         wire.close()
 
 
+DISK = 256 * 1024  # bytes any file of the server may reach: its store fills up within a few calls
+CALLS_ON_A_FULL_DISK = 60  # at most; the test goes on a few calls past the first failure
+
+
+def test_a_full_disk_is_never_recorded_as_an_outcome_and_every_key_charges_once_when_there_is_room(
+        tmp_path, monkeypatch):
+    """Issue 16, finding 1: a store that cannot write ("database or disk is full") answers a keyed
+    call with a retryable rejection, never a recorded failure; once there is room, each key charges once."""
+    url = f"sqlite:{tmp_path / 'store.db'}"
+    monkeypatch.setenv("PYTHONPATH", str(FAULTS))
+    monkeypatch.setenv("SEP3182_FILE_SIZE_LIMIT", str(DISK))
+    full = start("2x-http", "--store", url, "--lease", "1")
+    answers = {}
+    try:
+        full.wait_for_log(f"faults: files capped at {DISK} bytes")
+        for i in range(CALLS_ON_A_FULL_DISK):
+            response = full.charge(i + 1, key=f"order-{i}")
+            answers[f"order-{i}"] = "charged" if "result" in response else error_type(response)
+            assert answers[f"order-{i}"] in ("charged", STORE_UNAVAILABLE), response
+            if list(answers.values()).count(STORE_UNAVAILABLE) == 5:
+                break
+    finally:
+        full.close()
+    assert STORE_UNAVAILABLE in answers.values(), "the disk never filled up"
+    audit(url)  # whatever the full disk left: no charge without its record, none twice
+
+    monkeypatch.delenv("SEP3182_FILE_SIZE_LIMIT")
+    roomy = start("2x-http", "--store", url, "--lease", "1")
+    try:
+        time.sleep(1.2)  # a claim the full disk could not give back is freed by its lease
+        for i, key in enumerate(answers):
+            response = roomy.charge(i + 1, key=key)
+            assert CHARGED.fullmatch(text_of(response))[1] == str(i + 1), response
+    finally:
+        roomy.close()
+    completed, running = audit(url)
+    assert not running and sorted(completed) == sorted(answers)
+
+
 # ----------------------------------------------------------------------------
 # Quick: a tool slower than its lease, retried all along, completes once
 # ----------------------------------------------------------------------------

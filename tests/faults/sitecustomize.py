@@ -16,6 +16,10 @@ tests start, never see it. It does nothing unless one of its variables is set:
     SEP3182_PAUSE_AT=PHASE        instead hold every keyed call at PHASE for
     SEP3182_PAUSE_SECONDS=S       S seconds (default 3), writing `faults: paused at PHASE`:
                                   a slow call, caught in the middle of its unit of work
+    SEP3182_FILE_SIZE_LIMIT=BYTES no file this process writes may grow past BYTES (RLIMIT_FSIZE,
+                                  SIGXFSZ ignored): a write past it fails as on a full
+                                  disk (EFBIG, which SQLite reports as "database or disk is
+                                  full"); it writes `faults: files capped at BYTES bytes`
     SEP3182_CLOCK_OFFSET=SECONDS  shift this process's wall clock (time.time, time.time_ns)
                                   by SECONDS, as a machine whose clock is wrong; it writes
                                   `faults: wall clock shifted by SECONDS s` to stderr
@@ -67,6 +71,7 @@ STOP_AT = os.environ.get("SEP3182_STOP_AT")
 PAUSE_AT = os.environ.get("SEP3182_PAUSE_AT")
 PAUSE_SECONDS = float(os.environ.get("SEP3182_PAUSE_SECONDS", "3"))
 CLOCK_OFFSET = os.environ.get("SEP3182_CLOCK_OFFSET")
+FILE_SIZE_LIMIT = os.environ.get("SEP3182_FILE_SIZE_LIMIT")
 PHASES = ("before-claim-commit", "after-claim", "after-charge", "after-commit")
 
 
@@ -274,3 +279,10 @@ if CLOCK_OFFSET is not None:
     time.time = lambda: real_time() + offset
     time.time_ns = lambda: real_time_ns() + int(offset * 1_000_000_000)
     say(f"wall clock shifted by {offset:+g} s")
+
+if FILE_SIZE_LIMIT is not None:
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails, rather than killing the process
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(FILE_SIZE_LIMIT), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    say(f"files capped at {FILE_SIZE_LIMIT} bytes")
