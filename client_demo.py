@@ -10,10 +10,6 @@ environment is honoured. A lost response is really lost: a link between the
 SDK's client session and its stdio transport drops it after the server sent it.
 """
 
-# P12: importing server runs its SDK check first, so on an mcp that would lose the
-# key the demo stops here, with the server's one-line message, before spawning anything.
-import server  # noqa: F401  (isort: skip)
-
 import argparse
 import json
 import sys
@@ -25,15 +21,18 @@ from datetime import timedelta
 from importlib.metadata import version
 from pathlib import Path
 
-import anyio
-import mcp.types as types
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.shared.exceptions import McpError
-from mcp.shared.message import SessionMessage
-
-from sep3182 import CONFLICT, IN_PROGRESS, STORE_FULL
-from walkthrough import HELPERS, ServerLog, say, short, verdict
+try:
+    import anyio
+    import mcp.types as types
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    from mcp.shared.exceptions import McpError
+    from mcp.shared.message import SessionMessage
+except ImportError as missing:  # P12: no SDK, a broken one, or mcp 2.x (it drops the key)
+    if __name__ != "__main__":
+        raise
+    sys.exit(f"client_demo.py needs the mcp 1.x SDK, which this Python cannot import ({missing}); set it up with: "
+             "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt")
 
 SERVER = Path(__file__).with_name("server.py")
 RESPONSE_TIMEOUT = 0.5  # seconds; the server answers in milliseconds, so only a lost or slow response times out
@@ -42,6 +41,77 @@ SLOW_TOOL_DELAY = "1.2"  # seconds each charge takes in scenario 5: longer than 
 SHORT_RETENTION = "1"  # seconds a key is kept in scenario 7, so the demo can outwait it
 FIRST_BACK_OFF = 0.2  # seconds before retrying an in-progress key; doubled each time
 ATTEMPTS = 6  # a retry loop is bounded: after this many tries the client reports failure
+LOG_POLL = 0.01  # seconds between looks at the server's log, so its lines show as they happen
+HELPERS = {"get_balance", "reset_ledger"}  # the demo's own calls: narrated in a line of their own
+
+# P5: the error.data.type values a client branches on, as the wire carries them.
+CONFLICT, IN_PROGRESS, STORE_FULL = "idempotency_key_conflict", "idempotency_key_in_progress", "idempotency_store_full"
+
+
+def sdk_keeps_the_key() -> bool:
+    """P12: does this mcp's client put an idempotencyKey beside the arguments? (mcp 2.x drops it)"""
+    try:
+        params = types.CallToolRequestParams(name="probe", arguments={}, idempotencyKey="probe")
+    except Exception:  # a build whose params forbid unknown fields
+        return False
+    return params.model_dump(by_alias=True).get("idempotencyKey") == "probe"
+
+
+# ----------------------------------------------------------------------------
+# How the walkthrough prints: who says what, and the server's lines as it writes them
+# ----------------------------------------------------------------------------
+
+
+def say(who: str, text: str) -> None:
+    """One line of the walkthrough, attributed to client, server, link or ledger."""
+    print(f"  {who:<7}{text}", flush=True)
+
+
+def short(key: str) -> str:
+    """A key as the narration shows it: its first 8 characters. The frames show it whole."""
+    return key[:8] + "…"
+
+
+def verdict(ok: bool, claim: str) -> bool:
+    """Print PASS or FAIL for one scenario's claim, and return whether it held."""
+    print(f"  {'PASS' if ok else 'FAIL'}   {claim}\n", flush=True)
+    return ok
+
+
+def duration(seconds: str) -> str:
+    """A window in the README's units: 24 h, 1 s."""
+    return f"{float(seconds) / 3600:g} h" if float(seconds) >= 3600 else f"{float(seconds):g} s"
+
+
+class ServerLog:
+    """The server's stderr, in a file: its decision lines, printed in the order it writes them."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.seen = 0  # how much of the file has been printed
+        self.keys: set[str] = set()  # keys the client sent, to shorten in the server's lines
+
+    def show(self) -> None:
+        """Print the decision lines written since the last look, keys shortened."""
+        with self.path.open() as log:
+            log.seek(self.seen)
+            text = log.read()
+            self.seen = log.tell()
+        for line in text.splitlines():
+            # The server's own decisions: not SDK chatter, not its start (the client announces it in
+            # the README's units), not about the demo's helper calls.
+            if (line.startswith("idempotency: ") and not line.startswith("idempotency: serving:")
+                    and not line.endswith(tuple(f"tool={name}" for name in HELPERS))):
+                line = line.removeprefix("idempotency: ")
+                for key in self.keys:
+                    line = line.replace(repr(key), short(key))
+                say("server", line)
+
+    async def follow(self) -> None:
+        """Show the server's lines as it writes them, not only when a frame comes back."""
+        while True:
+            self.show()
+            await anyio.sleep(LOG_POLL)
 
 
 def frame(message: types.JSONRPCMessage) -> str:
@@ -65,6 +135,7 @@ class Link:
     lost_result: dict | None = None  # the result of the last response lost, as the server sent it
     delivered_result: dict | None = None  # the result of the last response delivered
     last_request: int | None = None  # the id of the last request sent, for the narration to name
+    abandoned: set = field(default_factory=set)  # ids of requests the client stopped waiting for
 
     def lose_next_response(self) -> None:
         """Lose the response to the next tools/call, after the server has sent it."""
@@ -104,7 +175,12 @@ class Link:
                         self.lost_result = reply.result
                         say("link", f"✂ the response to request {reply.id} is lost on its way back")
                         continue
-                    if isinstance(reply, types.JSONRPCResponse):
+                    if isinstance(reply, types.JSONRPCResponse) and reply.id in self.abandoned:
+                        self.abandoned.discard(reply.id)
+                        say("link", f"← request {reply.id}'s answer arrives late: "
+                                    f"{reply.result['content'][0]['text']!r}; the client gave up on it, so its "
+                                    "session drops it (the retry is answered with the same outcome)")
+                    elif isinstance(reply, types.JSONRPCResponse):
                         self.delivered_result = reply.result
                 await to_session.send(message)
 
@@ -115,12 +191,27 @@ class Demo:
 
     session: ClientSession
     link: Link
-    capabilities: types.ServerCapabilities
+
+
+class NotAdvertised(Exception):
+    """The server does not advertise capabilities.tools.idempotency: a client must not rely on keys."""
+
+
+def relies_on_deduplication(initialized: types.InitializeResult) -> bool:
+    """C3, P11: read tools.idempotency from the initialize result before relying on keys."""
+    tools = initialized.capabilities.tools
+    advertised = (tools.model_extra or {}).get("idempotency") if tools else None
+    say("client", f"initialize → capabilities.tools.idempotency = {json.dumps(advertised)}")
+    return advertised == {}
 
 
 @asynccontextmanager
 async def connect(show_every_frame: bool, *server_args: str):
-    """Spawn server.py with this interpreter, its decision log on, and open a client session through a link."""
+    """Spawn server.py with this interpreter, its decision log on, open a client session through a link,
+    and check the capability before relying on keys (C3), as on every server the demo starts."""
+    settings = {"--retention": str(24 * 3600), "--charge-delay": "0", **dict(zip(server_args[::2], server_args[1::2]))}
+    say("client", f"starts server.py, a new process with its own store: keys kept {duration(settings['--retention'])}, "
+                  f"each charge takes {duration(settings['--charge-delay'])}")
     params = StdioServerParameters(command=sys.executable, args=[str(SERVER), "--verbose", *server_args])
     with tempfile.TemporaryDirectory() as folder, (Path(folder) / "server.log").open("w") as errlog:
         async with stdio_client(params, errlog=errlog) as (from_server, to_server):
@@ -132,9 +223,12 @@ async def connect(show_every_frame: bool, *server_args: str):
                 pumps.start_soon(link.inbound, from_server, to_session)
                 pumps.start_soon(link.server_log.follow)
                 async with ClientSession(from_link, to_link) as session:
-                    initialized = await session.initialize()
-                    yield Demo(session, link, initialized.capabilities)
+                    advertised = relies_on_deduplication(await session.initialize())
+                    if advertised:
+                        yield Demo(session, link)
                 pumps.cancel_scope.cancel()
+    if not advertised:
+        raise NotAdvertised
 
 
 # ----------------------------------------------------------------------------
@@ -143,12 +237,12 @@ async def connect(show_every_frame: bool, *server_args: str):
 
 
 def new_key() -> str:
-    """A fresh idempotencyKey: a random UUID, as SEP W5 advises, so keys never collide by chance."""
+    """A fresh idempotencyKey: a random UUID, as rule W5 advises, so keys never collide by chance."""
     return str(uuid.uuid4())
 
 
 def tool_call(name: str, arguments: dict, key: str | None = None) -> types.CallToolRequest:
-    """A tools/call request with the idempotencyKey, if any, beside `arguments` (SEP W1)."""
+    """A tools/call request with the idempotencyKey, if any, beside `arguments` (W1)."""
     # The 1.x params model keeps an unknown field, so the key goes on the wire as
     # a sibling of `arguments`: exactly where SEP-3182 puts it.
     extra = {} if key is None else {"idempotencyKey": key}
@@ -177,16 +271,17 @@ class GaveUp(Exception):
     """A bounded retry loop ran out of attempts."""
 
 
-async def call_until_answered(session: ClientSession, name: str, arguments: dict, key: str) -> types.CallToolResult:
+async def call_until_answered(demo: Demo, name: str, arguments: dict, key: str) -> types.CallToolResult:
     """Retry a keyed call as a client should: on a timeout, on in-progress and on store-full, backing off;
     on a conflict or an invalid key, never: those are final (P5)."""
     back_off = FIRST_BACK_OFF
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            return await call_tool(session, name, arguments, key)
+            return await call_tool(demo.session, name, arguments, key)
         except McpError as error:
             if timed_out(error):
                 say("client", f"attempt {attempt}: no response within {RESPONSE_TIMEOUT}s; retrying with the same key")
+                demo.link.abandoned.add(demo.link.last_request)
                 continue
             if rejection_type(error) not in (IN_PROGRESS, STORE_FULL):
                 raise  # CONFLICT, INVALID_KEY: retrying the same request cannot succeed
@@ -255,7 +350,8 @@ async def key_deduplicates(demo: Demo, key: str) -> bool:
     lost, delivered = demo.link.lost_result, demo.link.delivered_result  # both as they came off the wire
     say("client", f"lost response: {lost['content'][0]['text']!r}; the retry's: {delivered['content'][0]['text']!r}")
     say("client", "the two results compared whole: " + ("identical, the original outcome with no replay marker "
-                                                        "(SEP S2b)" if lost == delivered else "NOT identical"))
+                                                        "(P6; the SEP defines none, row S2b)" if lost == delivered
+                                                        else "NOT identical"))
     truth = await ledger(demo)
     return verdict(truth == {"balance": 100, "charges": 1} and lost == delivered,
                    "one charge; the retry got the original outcome without running the tool again")
@@ -281,7 +377,7 @@ async def conflicting_arguments_rejected(demo: Demo, key: str) -> bool:
 
 
 async def in_flight_duplicate_rejected(show_every_frame: bool) -> bool:
-    """Scenario 4: a duplicate that arrives while the original runs is rejected at once (SEP S1)."""
+    """Scenario 4: a duplicate that arrives while the original runs is rejected at once (S1)."""
     print(f"4. A duplicate while the original is still running (each charge takes {IN_FLIGHT_DELAY}s)")
     key = new_key()
     async with connect(show_every_frame, "--charge-delay", IN_FLIGHT_DELAY) as demo:
@@ -321,7 +417,7 @@ async def slow_tool_retried_until_replayed(show_every_frame: bool) -> bool:
     async with connect(show_every_frame, "--charge-delay", SLOW_TOOL_DELAY) as demo:
         say("client", f"calls charge_guarded(amount=100) with idempotencyKey {short(key)}, retrying until answered")
         try:
-            say("client", f"← {text(await call_until_answered(demo.session, 'charge_guarded', {'amount': 100}, key))}")
+            say("client", f"← {text(await call_until_answered(demo, 'charge_guarded', {'amount': 100}, key))}")
         except GaveUp as gave_up:
             say("client", str(gave_up))
         truth = await ledger(demo)
@@ -332,8 +428,6 @@ async def slow_tool_retried_until_replayed(show_every_frame: bool) -> bool:
 async def guarded_tool_without_key_unchanged(demo: Demo) -> bool:
     """Scenario 6: a call without a key to charge_guarded behaves exactly as it always did."""
     print("6. No key to charge_guarded: backward compatible, every call runs")
-    say("client", "(the tool names only label which call the demo sends with a key: the SEP has no "
-                  "per-tool opt-in, and a key sent to charge_unguarded is honoured too)")
     await reset(demo)
     for _ in range(2):
         say("client", "calls charge_guarded(amount=100), no key")
@@ -347,13 +441,14 @@ async def expired_key_runs_anew(show_every_frame: bool) -> bool:
     print(f"7. A key reused after its retention window ({SHORT_RETENTION}s here, 24 hours by default)")
     key = new_key()
     async with connect(show_every_frame, "--retention", SHORT_RETENTION) as demo:
+        say("client", f"calls charge_guarded(amount=100) with idempotencyKey {short(key)}")
         say("client", f"← {text(await call_tool(demo.session, 'charge_guarded', {'amount': 100}, key))}")
         say("client", f"waits {float(SHORT_RETENTION) + 0.5}s, past the window, and sends the same call again")
         await anyio.sleep(float(SHORT_RETENTION) + 0.5)
         say("client", f"← {text(await call_tool(demo.session, 'charge_guarded', {'amount': 100}, key))}")
         truth = await ledger(demo)
     return verdict(truth == {"balance": 200, "charges": 2},
-                   "the expired key ran anew: the window is bounded (SEP R1, R5)")
+                   "the expired key ran anew: the window is bounded (R1, R5; 24 hours by default, P8)")
 
 
 # ----------------------------------------------------------------------------
@@ -361,36 +456,35 @@ async def expired_key_runs_anew(show_every_frame: bool) -> bool:
 # ----------------------------------------------------------------------------
 
 
-def relies_on_deduplication(demo: Demo) -> bool:
-    """SEP C3 / P11: read tools.idempotency from the initialize result before relying on keys."""
-    advertised = (demo.capabilities.tools.model_extra or {}).get("idempotency") if demo.capabilities.tools else None
-    say("client", f"initialize → capabilities.tools.idempotency = {json.dumps(advertised)}")
-    return advertised == {}
-
-
 async def play(show_all: bool, show_every_frame: bool) -> bool:
     """Run the scenarios; True if the failure is real and every keyed scenario behaved as SEP-3182 requires."""
     print(f"SEP-3182 request idempotency, against {SERVER.name} (mcp {version('mcp')})\n")
     key = new_key()
-    async with connect(show_every_frame) as demo:
-        if not relies_on_deduplication(demo):
-            say("client", "the server does not advertise idempotency: refusing to rely on keys")
-            return False
-        say("client", "the server deduplicates by idempotencyKey: the client may rely on it\n")
-        failure_shown = await no_key_double_charges(demo)
-        required = [await key_deduplicates(demo, key), await conflicting_arguments_rejected(demo, key)]
-        if show_all:
-            required += [await in_flight_duplicate_rejected(show_every_frame),
-                         await slow_tool_retried_until_replayed(show_every_frame),
-                         await guarded_tool_without_key_unchanged(demo),
-                         await expired_key_runs_anew(show_every_frame)]
+    try:
+        async with connect(show_every_frame) as demo:
+            say("client", "the server deduplicates by idempotencyKey: the client may rely on it")
+            say("client", "(charge_unguarded and charge_guarded are one function: the name only labels which call "
+                          "the demo sends with a key; the SEP has no per-tool opt-in, so either honours one)\n")
+            failure_shown = await no_key_double_charges(demo)
+            required = [await key_deduplicates(demo, key), await conflicting_arguments_rejected(demo, key)]
+            if show_all:
+                required += [await in_flight_duplicate_rejected(show_every_frame),
+                             await slow_tool_retried_until_replayed(show_every_frame),
+                             await guarded_tool_without_key_unchanged(demo),
+                             await expired_key_runs_anew(show_every_frame)]
+    except NotAdvertised:
+        say("client", "the server does not advertise idempotency: refusing to rely on keys")
+        return False
     print(f"The failure without a key is {'real' if failure_shown else 'NOT shown'}, and {sum(required)} of "
           f"{len(required)} scenarios with SEP-3182 behaved as it requires.")
     return failure_shown and all(required)
 
 
 def main() -> None:
-    """Parse the options, play, and exit 0 only if every scenario passed."""
+    """Check the SDK, parse the options, play, and exit 0 only if every scenario passed."""
+    if not sdk_keeps_the_key():
+        sys.exit(f"mcp {version('mcp')} does not keep idempotencyKey in tools/call params, so the demo could not "
+                 "send one; install the 1.x SDK this demo pins: pip install -r requirements.txt")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all", action="store_true",
                         help="also play 4-7: a duplicate in flight, a slow tool, no key, an expired key")

@@ -472,21 +472,21 @@ async def store_memory(server, records: int) -> tuple[float, int]:
                 await call(session, "charge_guarded", {"amount": 1}, str(uuid.uuid4()))
             await call(session, "get_balance", {})  # called once below: its validator is built here
             await call(session, "reset_ledger", {})  # the ledger; the warm-up's records stay (SEP R1)...
-            server._running.clear()  # ...so they go here: the baseline is an empty store
-            server._completed = {}  # a fresh table: a cleared dict keeps the one it grew to
+            server._dedup_store = {}  # ...so they go here: the baseline is a fresh, empty store
             server.max_records = records  # room for every record, now that the store is empty
             baseline = traced_bytes()
             for _ in range(records):
                 await call(session, "charge_guarded", {"amount": 1}, str(uuid.uuid4()))
             stored = traced_bytes()
-            check(not server._running and len(server._completed) == records,
-                  f"expected {records} completed records, the store holds {len(server._running)} running "
-                  f"and {len(server._completed)} completed")
+            completed = sum(record.outcome is not None for record in server._dedup_store.values())
+            check(completed == len(server._dedup_store) == records,
+                  f"expected {records} completed records, the store holds {len(server._dedup_store)}, "
+                  f"{completed} of them completed")
             charges = json.loads((await call(session, "get_balance", {})).content[0].text)["charges"]
             check(charges == records, f"expected {records} charges, the ledger says {charges}")
-            server.clock = lambda: server.retention_seconds + 1  # one second past every window
+            server.clock = lambda: server.retention + 1  # one second past every window
             server.forget_expired()
-            check(not server._completed, f"{len(server._completed)} records outlived their window")
+            check(not server._dedup_store, f"{len(server._dedup_store)} records outlived their window")
             expired = traced_bytes()
     finally:
         tracemalloc.stop()

@@ -216,13 +216,13 @@ async def connect(transport: str, show_every_frame: bool, *server_args: str):
 
 
 def new_key() -> str:
-    """A fresh idempotencyKey: a random UUID, as SEP W5 advises, so keys never collide by chance."""
+    """A fresh idempotencyKey: a random UUID, as rule W5 advises, so keys never collide by chance."""
     return str(uuid.uuid4())
 
 
 async def call_tool(demo: Demo, name: str, arguments: dict, key: str | None = None,
                     timeout: float = RESPONSE_TIMEOUT) -> types.CallToolResult:
-    """A tools/call with the key, if any, beside `arguments` (SEP W1); at most `timeout` seconds' wait."""
+    """A tools/call with the key, if any, beside `arguments` (W1); at most `timeout` seconds' wait."""
     # Client.call_tool has no room for a key, and the 2.x params model would drop
     # it: KeyedCallParams declares it, so it goes on the wire as idempotencyKey.
     request = KeyedCall(params=KeyedCallParams(name=name, arguments=arguments, idempotency_key=key))
@@ -324,7 +324,7 @@ async def key_deduplicates(demo: Demo, key: str) -> bool:
     lost, delivered = demo.link.lost_result, demo.link.delivered_result  # both as they came off the wire
     say("client", f"lost response: {lost['content'][0]['text']!r}; the retry's: {delivered['content'][0]['text']!r}")
     say("client", "the two results compared whole: " + ("identical, the original outcome with no replay marker "
-                                                        "(SEP S2b)" if lost == delivered else "NOT identical"))
+                                                        "(P6; the SEP defines none, row S2b)" if lost == delivered else "NOT identical"))
     truth = await ledger(demo)
     return verdict(truth == {"balance": 100, "charges": 1} and lost == delivered,
                    "one charge; the retry got the original outcome without running the tool again")
@@ -371,7 +371,7 @@ async def slow_tool_retried_until_replayed(transport: str, show_every_frame: boo
 
 
 def relies_on_deduplication(demo: Demo) -> bool:
-    """SEP C3 / P14: read tools.idempotency from the server/discover result before relying on keys."""
+    """C3, P14: read tools.idempotency from the server/discover result before relying on keys."""
     # The SDK's typed server_capabilities drops the field, so it is read as it came off the wire.
     if demo.link.discovered is None:
         say("client", f"the SDK negotiated {demo.client.protocol_version} without server/discover")

@@ -140,7 +140,7 @@ async def charge(instance: Instance, amount: int, key: str, lose_response: bool 
 
 
 async def per_instance_memory_charges_twice(cluster: Cluster) -> bool:
-    """1: each instance remembers its own keys only, so a retry on another charges again (SEP L2)."""
+    """1: each instance remembers its own keys only, so a retry on another charges again (L2)."""
     print("1. Each instance has a store of its own (memory): the retry lands on B and charges again")
     a = await cluster.start("A", store="memory")
     b = await cluster.start("B", store="memory")
@@ -149,7 +149,7 @@ async def per_instance_memory_charges_twice(cluster: Cluster) -> bool:
     await charge(b, 100, key)
     # With a store per instance, the ledger is per instance too: the customer pays the sum.
     return verdict((await paid(a, b))["charges"] == 2,
-                   "the failure SEP L2 warns of, for real: one intended charge applied twice, once per instance")
+                   "the failure the SEP's rule L2 warns of, for real: one intended charge applied twice, once per instance")
 
 
 async def retry_on_another_instance_replays(cluster: Cluster, key: str) -> bool:

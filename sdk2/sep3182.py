@@ -153,6 +153,15 @@ MESSAGES = {
 }
 
 
+# P6': what a client is told when something unexpected escapes a keyed tool call; kept
+# like any outcome, so the key never stays running and every retry hears the same.
+INTERNAL_ERROR = {"code": -32603, "message": "Internal error: the tool call failed unexpectedly"}
+
+# P6': -32042, URL elicitation required: "finish this in the browser, then send the same
+# request again". Kept, it would answer that retry for the whole window: never recorded.
+URL_ELICITATION_REQUIRED = -32042
+
+
 def rejection(kind: str, key: str | None = None, detail: str | None = None) -> dict:
     """P5: the JSON-RPC error object for a rejection; an invalid key is not echoed (P2)."""
     message = MESSAGES[kind] if detail is None else f"{MESSAGES[kind]}; {detail}"

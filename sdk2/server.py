@@ -225,14 +225,9 @@ def replay(outcome: str, revision: str) -> dict:
     return shaped_for(outcome["result"], outcome["revision"], revision)
 
 
-# P6': the one outcome that asks the client to send the same request again (after
-# it completes the elicitation): it is not recorded, and the key is given back.
-SEND_AGAIN = mcp_types.URL_ELICITATION_REQUIRED  # -32042
-
-
 def internal_error() -> MCPError:
     """P6': what anything unexpected becomes: a fixed message, no exception text leaked to the client."""
-    return MCPError(code=mcp_types.INTERNAL_ERROR, message="Internal error")
+    return MCPError(**sep3182.INTERNAL_ERROR)
 
 
 async def outcome_of(ctx, call_next, key: str) -> dict | MCPError:
@@ -266,7 +261,7 @@ async def run_and_record(ctx, call_next, key: str, fingerprint: bytes) -> tuple[
             # P23: the store failed under the tool (the SDK made that an isError
             # result): that is no outcome of the tool's, and nothing is recorded.
             raise StoreUnavailable("the unit of work failed") from tx.failure
-        if isinstance(outcome, MCPError) and outcome.error.code == SEND_AGAIN:
+        if isinstance(outcome, MCPError) and outcome.error.code == sep3182.URL_ELICITATION_REQUIRED:
             raise outcome  # rolls the unit of work back; run_once gives the key back
         outcome, text = recorded_as(outcome, key, ctx.protocol_version)
         return outcome, await tx.commit_with_record(key, fingerprint, text)

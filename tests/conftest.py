@@ -63,7 +63,9 @@ def pytest_generate_tests(metafunc):
     if "target" in metafunc.fixturenames:
         marked = metafunc.definition.get_closest_marker("targets")
         targets = TARGETS if marked is None else [name for name in TARGETS if name in marked.args]
-        metafunc.parametrize("target", targets, scope="module" if "shared_wire" in metafunc.fixturenames else None)
+        # A module's one server per target (shared_wire, outcome_wire) needs the target chosen per module.
+        per_module = {"shared_wire", "outcome_wire"} & set(metafunc.fixturenames)
+        metafunc.parametrize("target", targets, scope="module" if per_module else None)
 
 
 @pytest.fixture
@@ -170,14 +172,13 @@ def dedup(monkeypatch):
 
     monkeypatch.setattr(server, "clock", FakeClock())
     monkeypatch.setattr(server, "ledger", {"balance": 0, "charges": 0})
-    monkeypatch.setattr(server, "_running", {})
-    monkeypatch.setattr(server, "_completed", {})
+    monkeypatch.setattr(server, "_dedup_store", {})
     return server
 
 
 def stored_keys(server) -> list[str]:
-    """The keys server.py holds records for: running ones first, then completed ones in expiry order."""
-    return [*server._running, *server._completed]
+    """The keys server.py holds records for, in the store's order (completed ones in expiry order)."""
+    return [key for _scope, key in server._dedup_store]
 
 
 @asynccontextmanager

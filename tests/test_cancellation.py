@@ -52,7 +52,7 @@ def test_retry_after_the_cancelled_run_completes_replays_its_result(timed_out_ca
 
 @pytest.mark.targets("1x-stdio", "2x-stdio")
 def test_cancel_of_an_unkeyed_call_stops_it_and_the_server_serves_on(slow_server):
-    """A stock mcp 1.9.4 server dies here; survive_client_leaving keeps server.py serving."""
+    """A client that goes away mid-call: mcp 1.21 to 1.26 died here (the floor, 1.29.1, does not)."""
     request_id = slow_server.send_call("charge_unguarded", {"amount": 100})
     # Requests are dispatched in the order they arrive, so once this one is
     # answered the charge has started its one-second delay.

@@ -4,7 +4,7 @@ the other spelling under that key, and checks for a replay or a conflict, end to
 The spellings are raw JSON text on the wire, since most of them (`1e0`, `-0`, `"\\u00e9"`,
 2^53 + 1, member order) cannot be produced by json.dumps, and the server must be judged on
 what a client in any language may send. charge_guarded takes `amount` as 100, 100.0 or 1e2,
-and FastMCP ignores members its tool does not declare (1.9.4 and 1.30.0 alike), so a `note`
+and FastMCP ignores members its tool does not declare (1.29.1 and 1.30.0 alike), so a `note`
 member carries the free-form values; the fingerprint covers all of `arguments` regardless.
 """
 

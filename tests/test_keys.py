@@ -132,7 +132,7 @@ def test_null_or_absent_key_means_no_key(shared_wire, no_key):
 # ----------------------------------------------------------------------------
 
 ELSEWHERE = [
-    # FastMCP ignores an argument its tool does not declare (on 1.9.4 and 1.30.0 alike),
+    # FastMCP ignores an argument its tool does not declare (on 1.29.1 and 1.30.0 alike),
     # so the call succeeds; what matters is that nothing is deduplicated.
     pytest.param({"arguments": {"amount": 100, "idempotencyKey": "p1-in-arguments"}}, id="inside_arguments"),
     pytest.param({"arguments": {"amount": 100}, "_meta": {"idempotencyKey": "p1-in-meta"}}, id="inside_meta"),

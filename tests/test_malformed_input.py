@@ -2,15 +2,15 @@
 
 What the SDK answers, found by running both ends of the supported range:
 
-- mcp 1.9.4 and 1.30.0 answer a tools/call whose params fail validation (no
-  tool name) with JSON-RPC error -32602, before dispatch, so the idempotency
-  layer never sees it.
-- Neither answers a line it cannot read as a JSON-RPC message (not JSON,
+- mcp 1.x (the floor, 1.29.1, and 1.30.0) answers a tools/call whose params
+  fail validation (no tool name) with JSON-RPC error -32602, before dispatch,
+  so the idempotency layer never sees it.
+- Neither SDK answers a line it cannot read as a JSON-RPC message (not JSON,
   truncated, "jsonrpc": "1.0", params as an array) nor a tools/call sent
   without an id: no response, with any id or with null. 1.30.0 does write a
-  `notifications/message` log ("Internal Server Error") for the unreadable ones
-  and 1.9.4 writes nothing, but that is a notification, not an answer, so the
-  assertions below hold on both without a version switch.
+  `notifications/message` log ("Internal Server Error") for the unreadable ones,
+  but that is a notification, not an answer, so the assertions below hold
+  without a version switch.
 """
 
 import json

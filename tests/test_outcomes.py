@@ -1,7 +1,8 @@
-"""P4, P6, P13, S2a: what is recorded, what a replay looks like on the wire, and the order of checks."""
+"""P4, P6, P13, S2a: recorded outcomes under changed retries, stale replays, and the order of checks.
+
+Which kinds of outcome are kept, and byte-for-byte replay, are in test_outcome_kinds.py."""
 
 import json
-import uuid
 
 import mcp.types as types
 import pytest
@@ -9,55 +10,7 @@ from mcp.shared.exceptions import McpError
 
 from client_demo import tool_call
 from conftest import stored_keys
-from wire import CONFLICT, Wire, error_type, text_of
-
-
-def new_key() -> str:
-    """A key no other row uses."""
-    return str(uuid.uuid4())
-
-
-def without_id(line: str, request_id) -> str:
-    """A response line with its JSON-RPC envelope up to the id cut off: what a replay must repeat."""
-    envelope = f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},'
-    assert line.startswith(envelope), line
-    return line[len(envelope):]
-
-
-def keyed_call_line(wire: Wire, name: str, arguments: dict, key: str) -> tuple[str, str]:
-    """Send a keyed tools/call; return its raw response line, and that line without the id."""
-    request_id = wire.send_call(name, arguments, key)
-    line = wire.raw_reply(request_id)
-    return line, without_id(line, request_id)
-
-
-# ----------------------------------------------------------------------------
-# P6: every outcome of a claimed key is recorded and replayed byte for byte
-# ----------------------------------------------------------------------------
-
-OUTCOMES = [
-    pytest.param("charge_guarded", {"amount": 100}, False, id="success"),
-    pytest.param("charge_guarded", {"amount": 0}, True, id="tool_error_amount_0"),
-    pytest.param("charge_guarded", {"amount": -5}, True, id="tool_error_amount_-5"),
-    pytest.param("no_such_tool", {}, True, id="unknown_tool"),
-]
-
-
-@pytest.mark.parametrize(("name", "arguments", "is_error"), OUTCOMES)
-def test_replay_is_the_original_response_byte_for_byte_apart_from_the_id(shared_wire, name, arguments, is_error):
-    key = new_key()
-    original_line, original = keyed_call_line(shared_wire, name, arguments, key)
-    before = shared_wire.ledger()
-
-    _, replay = keyed_call_line(shared_wire, name, arguments, key)
-
-    assert json.loads(original_line)["result"]["isError"] is is_error  # the row is the outcome it claims
-    # Byte equality also leaves no room for a replay marker (S2b): no _meta, nothing added.
-    assert replay == original
-    assert shared_wire.ledger() == before
-    # A tool error would look the same if the tool ran again: the log tells, one execution.
-    assert shared_wire.log().count(f"claimed: key={key!r}") == 1
-    assert shared_wire.log().count(f"replayed: key={key!r}") == 1
+from wire import CONFLICT, error_type, keyed_call_line, new_key, text_of
 
 
 CHANGED_RETRIES = [
@@ -109,39 +62,14 @@ REJECTED = [
 async def test_rejection_leaves_the_store_as_it_found_it(dedup, rejected):
     await dedup.idempotent_call_tool(tool_call("charge_guarded", {"amount": 100}, "recorded"))
     store_before = {key: (record.fingerprint, record.outcome, record.expires_at)
-                    for key, record in {**dedup._running, **dedup._completed}.items()}
+                    for key, record in dedup._dedup_store.items()}
 
     with pytest.raises(McpError):
         await dedup.idempotent_call_tool(rejected)
 
     assert {key: (record.fingerprint, record.outcome, record.expires_at)
-            for key, record in {**dedup._running, **dedup._completed}.items()} == store_before
+            for key, record in dedup._dedup_store.items()} == store_before
     assert dedup.ledger == {"balance": 100, "charges": 1}
-
-
-@pytest.mark.targets("1x-stdio")
-@pytest.mark.anyio
-async def test_jsonrpc_error_outcome_is_recorded_and_replayed(dedup, monkeypatch):
-    # FastMCP turns every tool failure into an isError result, so a JSON-RPC error from the
-    # tool-call handler (possible with another framework, or a future FastMCP) is staged here.
-    failure = types.ErrorData(code=-32603, message="payment processor unreachable", data={"retryable": True})
-    runs = []
-
-    async def failing_handler(request: types.CallToolRequest) -> types.ServerResult:
-        runs.append(request)
-        raise McpError(failure)
-
-    monkeypatch.setattr(dedup, "call_tool", failing_handler)
-    request = tool_call("charge_guarded", {"amount": 100}, "jsonrpc-error")
-
-    with pytest.raises(McpError) as original:
-        await dedup.idempotent_call_tool(request)
-    with pytest.raises(McpError) as replay:
-        await dedup.idempotent_call_tool(request)
-
-    assert original.value.error == failure
-    assert replay.value.error == original.value.error
-    assert len(runs) == 1
 
 
 # ----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ async def rejection_of(session, key: str) -> str:
 async def claimed(server, key: str) -> None:
     """Wait until a call started in another task has claimed `key` and is charging."""
     with anyio.fail_after(5):
-        while key not in server._running:
+        while key not in stored_keys(server):
             await anyio.sleep(0.01)
     # Every other task now waits on something: the call is asleep in its charge delay.
     await anyio.wait_all_tasks_blocked()
@@ -54,7 +54,7 @@ async def claimed(server, key: str) -> None:
 async def test_key_within_the_window_replays(dedup):
     async with in_process_session(dedup) as session:
         assert await charge_with_key(session, "order-1") == "Charged 100. New balance: 100"
-        dedup.clock.advance(dedup.retention_seconds - 1)
+        dedup.clock.advance(dedup.retention - 1)
         assert await charge_with_key(session, "order-1") == "Charged 100. New balance: 100"
     assert dedup.ledger == {"balance": 100, "charges": 1}
 
@@ -64,7 +64,7 @@ async def test_key_within_the_window_replays(dedup):
 async def test_key_past_the_window_executes_anew(dedup):
     async with in_process_session(dedup) as session:
         assert await charge_with_key(session, "order-1") == "Charged 100. New balance: 100"
-        dedup.clock.advance(dedup.retention_seconds + 1)
+        dedup.clock.advance(dedup.retention + 1)
         assert await charge_with_key(session, "order-1") == "Charged 100. New balance: 200"
     assert dedup.ledger == {"balance": 200, "charges": 2}
 
@@ -74,7 +74,7 @@ async def test_key_past_the_window_executes_anew(dedup):
 async def test_expired_record_is_dropped_on_the_next_keyed_call(dedup):
     async with in_process_session(dedup) as session:
         await charge_with_key(session, "order-1")
-        dedup.clock.advance(dedup.retention_seconds + 1)
+        dedup.clock.advance(dedup.retention + 1)
         await charge_with_key(session, "order-2")
     assert stored_keys(dedup) == ["order-2"]
 
@@ -88,10 +88,10 @@ async def test_store_keeps_only_the_records_inside_the_window(dedup):
     async with in_process_session(dedup) as session:
         for key in old:
             await charge_with_key(session, key)
-        dedup.clock.advance(dedup.retention_seconds / 2)
+        dedup.clock.advance(dedup.retention / 2)
         for key in young:
             await charge_with_key(session, key)
-        dedup.clock.advance(dedup.retention_seconds / 2 + 1)  # past the old records' window only
+        dedup.clock.advance(dedup.retention / 2 + 1)  # past the old records' window only
         await charge_with_key(session, "latest")
     assert stored_keys(dedup) == [*young, "latest"]
 
@@ -100,11 +100,11 @@ async def test_store_keeps_only_the_records_inside_the_window(dedup):
 @pytest.mark.anyio
 async def test_running_record_never_expires(dedup, monkeypatch):
     """A call still charging when its window would have passed keeps its key: the duplicate is in progress."""
-    monkeypatch.setattr(dedup, "charge_delay_seconds", HOLD)
+    monkeypatch.setattr(dedup, "charge_delay", HOLD)
     async with in_process_session(dedup) as session, anyio.create_task_group() as calls:
         calls.start_soon(charge_with_key, session, "order-1")
         await claimed(dedup, "order-1")
-        dedup.clock.advance(dedup.retention_seconds + 1)
+        dedup.clock.advance(dedup.retention + 1)
         assert await rejection_of(session, "order-1") == IN_PROGRESS
     assert dedup.ledger == {"balance": 100, "charges": 1}
 
@@ -113,13 +113,13 @@ async def test_running_record_never_expires(dedup, monkeypatch):
 @pytest.mark.anyio
 async def test_expired_records_behind_a_running_one_are_still_dropped(dedup, monkeypatch):
     """A running record at the front of the store does not shield the expired ones after it."""
-    monkeypatch.setattr(dedup, "charge_delay_seconds", HOLD)
+    monkeypatch.setattr(dedup, "charge_delay", HOLD)
     async with in_process_session(dedup) as session, anyio.create_task_group() as calls:
         calls.start_soon(charge_with_key, session, "running")
         await claimed(dedup, "running")
-        monkeypatch.setattr(dedup, "charge_delay_seconds", 0)  # only the running call stays slow
+        monkeypatch.setattr(dedup, "charge_delay", 0)  # only the running call stays slow
         await charge_with_key(session, "expired")
-        dedup.clock.advance(dedup.retention_seconds + 1)
+        dedup.clock.advance(dedup.retention + 1)
         await charge_with_key(session, "latest")
         assert stored_keys(dedup) == ["running", "latest"]
 
@@ -171,6 +171,6 @@ async def test_capacity_comes_back_as_records_expire(dedup, monkeypatch):
         for key in ("order-1", "order-2", "order-3"):
             await charge_with_key(session, key)
         assert await rejection_of(session, "order-4") == STORE_FULL
-        dedup.clock.advance(dedup.retention_seconds + 1)
+        dedup.clock.advance(dedup.retention + 1)
         assert await charge_with_key(session, "order-4") == "Charged 100. New balance: 400"
     assert dedup.ledger == {"balance": 400, "charges": 4}

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -289,7 +290,7 @@ def with_envelope(message: dict) -> dict:
 
 
 class LegacyStdioWire(StdioWire):
-    """The 1.x server over stdio, after the initialize handshake (mcp 1.9 speaks 2025-03-26)."""
+    """The 1.x server over stdio, after the initialize handshake (2025-03-26, which every 1.x release speaks)."""
 
     def ready(self) -> None:
         super().ready()
@@ -435,3 +436,22 @@ def error_type(response: dict) -> str | None:
 def text_of(response: dict) -> str:
     """The first text content of a tools/call result."""
     return response["result"]["content"][0]["text"]
+
+
+def new_key() -> str:
+    """A key no other row uses."""
+    return str(uuid.uuid4())
+
+
+def without_id(line: str, request_id) -> str:
+    """A response line with its JSON-RPC envelope up to the id cut off: what a replay must repeat."""
+    envelope = f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},'
+    assert line.startswith(envelope), line
+    return line[len(envelope):]
+
+
+def keyed_call_line(wire: Wire, name: str, arguments: dict, key: str) -> tuple[str, str]:
+    """Send a keyed tools/call; return its raw response line, and that line without the id."""
+    request_id = wire.send_call(name, arguments, key)
+    line = wire.raw_reply(request_id)
+    return line, without_id(line, request_id)

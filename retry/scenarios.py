@@ -1,0 +1,377 @@
+"""Why the key belongs in the protocol, shown: one retry policy, two unrelated tools, and every
+other place a key could go, each failing for real.
+
+    .venv-2x/bin/python retry/scenarios.py
+
+The same policy (retry/policy.py) charges sdk2/server.py's ledger and sends
+retry/mail_server.py's e-mail, without knowing either tool's schema: through a
+timeout, a lost response, a server killed mid-call, a full store, and it stops on
+a conflict and an invalid key. Then the alternatives, against the same mail server:
+a key in `arguments`, the `idempotentHint` annotation, a key in `_meta`. Every
+verdict is read from ground truth (the ledger's `get_balance`, the mail server's
+`outbox`), never from what a tool answered. Exit 0 only if every verdict holds.
+
+Faults are real: a link between the SDK's client session and its transport loses a
+response after the server sent it, and a server process is killed by its pid.
+"""
+
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import mcp_types
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "sdk2"))
+from client_demo import linked  # noqa: E402  the 2.x demo's: puts a link between the SDK's session and transport
+from walkthrough import ServerLog, say, verdict  # noqa: E402
+
+from policy import TIMED_OUT, GaveUp, KeyRefused, Policy, call_tool, new_key  # noqa: E402
+
+LEDGER = HERE.parent / "sdk2" / "server.py"  # unchanged: the tool it serves is a charge
+MAIL = HERE / "mail_server.py"  # an outbox, and the alternatives
+TIMEOUT = 0.5  # seconds the client waits for each attempt; the servers answer in milliseconds
+QUICK = Policy(timeout=TIMEOUT, attempts=8, first_back_off=0.2, max_back_off=1.0)  # a demo's seconds, not a day's
+SLOW_CHARGE = "1.2"  # seconds a charge takes when one must outlast the client's timeout
+
+
+# ----------------------------------------------------------------------------
+# The link, the servers, and what the policy says it did
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class Link:
+    """Between the SDK's session and its transport (sdk2/client_demo.py's `linked` pumps it): can lose one
+    response after the server sent it, and notices when the server's side closes."""
+
+    server_log: ServerLog  # the server's decisions, printed before the answer they led to
+    lose_next: bool = False  # lose the response to the next tools/call
+    losing: set = field(default_factory=set)  # ids of requests whose response is to be lost
+    closed: bool = False  # the server's side of the transport has ended
+
+    async def outbound(self, from_session, to_server) -> None:
+        """Session to server: note the tools/call whose response is to be lost."""
+        async with from_session, to_server:
+            async for message in from_session:
+                request = message.message
+                if self.lose_next and isinstance(request, mcp_types.JSONRPCRequest) and request.method == "tools/call":
+                    self.losing.add(request.id)
+                    self.lose_next = False
+                await to_server.send(message)
+
+    async def inbound(self, from_server, to_session) -> None:
+        """Server to session: drop the response that is to be lost; note when the server's side ends."""
+        async with from_server, to_session:
+            async for message in from_server:
+                self.server_log.show()
+                if isinstance(message, SessionMessage) and getattr(message.message, "id", None) in self.losing:
+                    self.losing.discard(message.message.id)
+                    say("link", f"✂ the response to request {message.message.id} is lost on its way back")
+                    continue
+                await to_session.send(message)
+        self.closed = True
+
+
+@dataclass
+class Server:
+    """A server script over stdio, started in a folder of its own: its options, decision logs and pid file."""
+
+    script: Path
+    args: list[str]
+    folder: Path
+    who: str = "server"
+    starts: int = 0  # each start logs to a file of its own, so a dead server's lines are not shown twice
+
+    def parameters(self) -> StdioServerParameters:
+        """Start the script through sh, which writes the pid and becomes it, so a scenario can kill it."""
+        command = [sys.executable, str(self.script), "--verbose", *self.args]
+        return StdioServerParameters(command="sh", args=["-c", 'echo $$ > "$0"; exec "$@"', str(self.pid_file),
+                                                         *command])
+
+    @property
+    def pid_file(self) -> Path:
+        """Where the running server's pid is."""
+        return self.folder / "server.pid"
+
+    @property
+    def log(self) -> Path:
+        """The current start's decision log (its stderr)."""
+        return self.folder / f"server{self.starts}.log"
+
+    def kill(self) -> None:
+        """SIGKILL the server process, by the pid it wrote: it gets no chance to answer or record."""
+        os.kill(int(self.pid_file.read_text()), signal.SIGKILL)
+
+
+def new_server(script: Path, args: list[str], folder: Path, name: str, who: str = "server") -> Server:
+    """A server whose files live in a folder named for its scenario."""
+    (folder / name).mkdir()
+    return Server(script, args, folder / name, who)
+
+
+@asynccontextmanager
+async def connected(server: Server, **link_options):
+    """The SDK's Client (mcp 2.x; server/discover, then 2026-07-28), talking to a new start of `server`."""
+    server.starts += 1
+    server.log.touch()
+    link = Link(ServerLog(server.log, server.who), **link_options)
+    with server.log.open("a") as errlog:
+        transport = stdio_client(server.parameters(), errlog=errlog)
+        async with Client(linked(transport, link), mode="auto") as client:
+            yield client, link
+
+
+class Narrated(logging.Handler):
+    """Prints the policy's decisions as they happen, and keeps them for the verdicts."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        say("policy", record.getMessage())
+
+    def saw(self, text: str) -> bool:
+        """Did any decision since the last reset mention `text`?"""
+        return any(text in line for line in self.lines)
+
+
+policy_log = Narrated()
+logging.getLogger("retry").addHandler(policy_log)
+logging.getLogger("retry").setLevel(logging.INFO)
+logging.getLogger("retry").propagate = False  # printed once, by Narrated
+
+
+def structured(result: mcp_types.CallToolResult) -> dict:
+    """A helper tool's answer: its structured content, or its text parsed as JSON."""
+    return result.structured_content or json.loads(result.content[0].text)
+
+
+def text(result: mcp_types.CallToolResult) -> str:
+    """The text a tool answered with."""
+    return result.content[0].text
+
+
+async def answered(connection, name: str, arguments: dict, **options) -> str:
+    """The policy's answer to one logical call, or why it had none (a scenario's verdict then fails)."""
+    try:
+        answer = text(await call_tool(connection, name, arguments, policy=QUICK, **options))
+    except (GaveUp, KeyRefused) as failure:
+        answer = f"no answer: {failure}"
+    say("client", f"← {answer}")
+    return answer
+
+
+async def ledger(client: Client) -> dict:
+    """Ground truth from sdk2/server.py's get_balance."""
+    truth = structured(await client.call_tool("get_balance", {}))
+    say("ledger", f"{truth['charges']} charge(s), balance {truth['balance']}")
+    return truth
+
+
+async def outbox(client: Client) -> dict:
+    """Ground truth from retry/mail_server.py's outbox."""
+    truth = structured(await client.call_tool("outbox", {}))
+    say("outbox", ", ".join(f"{count} {kind}" for kind, count in truth.items()))
+    return truth
+
+
+# ----------------------------------------------------------------------------
+# The policy, on two unrelated tools
+# ----------------------------------------------------------------------------
+
+
+async def slow_charge(folder: Path) -> bool:
+    """A charge slower than the client's timeout: timed out, told in progress, backed off, replayed."""
+    print(f"1. The ledger (sdk2/server.py): charge_guarded takes {SLOW_CHARGE}s, the client waits {TIMEOUT}s")
+    policy_log.lines.clear()
+    server = new_server(LEDGER, ["--store", f"sqlite:{folder}/ledger.db", "--charge-delay", SLOW_CHARGE], folder,
+                        "slow")
+    async with connected(server) as (client, _):
+        await answered(client.session, "charge_guarded", {"amount": 100})
+        truth = await ledger(client)
+    return verdict(truth == {"balance": 100, "charges": 1} and policy_log.saw("timed out")
+                   and policy_log.saw("idempotency_key_in_progress"),
+                   "one charge: the policy retried after the timeout and backed off while in progress")
+
+
+async def lost_email(folder: Path) -> bool:
+    """The same policy on another tool: send_email's answer is lost; the retry gets the replay."""
+    print("2. The outbox (retry/mail_server.py): send_email's answer is lost on its way back")
+    policy_log.lines.clear()
+    async with connected(new_server(MAIL, [], folder, "lost", "mail"), lose_next=True) as (client, _):
+        await answered(client.session, "send_email",
+                       {"to": "ada@example.com", "subject": "Invoice", "body": "Attached."})
+        truth = await outbox(client)
+    return verdict(truth["email"] == 1 and policy_log.saw("timed out"),
+                   "one e-mail: the same policy, on a tool whose schema it never read")
+
+
+async def killed_mid_charge(folder: Path) -> bool:
+    """A lost connection: the server is killed mid-charge, a new one starts on the same store."""
+    print("3. A lost connection: the ledger server is killed mid-charge; a new one starts on the same store")
+    policy_log.lines.clear()
+    server = new_server(LEDGER, ["--store", f"sqlite:{folder}/restart.db", "--charge-delay", "1.0", "--lease", "1.5"],
+                        folder, "restart")
+
+    async def kill_once_claimed():
+        """SIGKILL the server as soon as it has claimed the key, while it charges."""
+        while "claimed:" not in server.log.read_text():
+            await anyio.sleep(0.02)
+        say("client", "kills the server (SIGKILL) while it charges: no answer, no record")
+        server.kill()
+
+    async with anyio.create_task_group() as group, AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(connected(server))]
+
+        async def reconnect():
+            """The caller's own reconnect: a new server process once the old one's side has closed."""
+            if clients[-1][1].closed:
+                say("client", "the connection is gone: starts the server again, on the same SQLite store")
+                clients.append(await stack.enter_async_context(connected(server)))
+            return clients[-1][0].session
+
+        group.start_soon(kill_once_claimed)
+        await answered(reconnect, "charge_guarded", {"amount": 100})
+        truth = await ledger(clients[-1][0])
+    reconnected = len(clients) == 2 and policy_log.saw("Connection closed")
+    return verdict(truth == {"balance": 100, "charges": 1} and reconnected,
+                   "one charge: the policy reconnected, and the new server took the dead claim over once its "
+                   "lease passed")
+
+
+async def final_answers_then_full_store(folder: Path) -> bool:
+    """A conflict and an invalid key: final, one attempt each. Then store full: back off until there is room."""
+    print("4. Two final answers, then a store with room for one record: a new key waits for room")
+    server = new_server(LEDGER, ["--store", f"sqlite:{folder}/full.db", "--max-records", "1", "--retention", "1.5"],
+                        folder, "full")
+    async with connected(server) as (client, _):
+        first = new_key()
+        await answered(client.session, "charge_guarded", {"amount": 100}, key=first)
+        refusals = []  # each answer, and how many attempts the policy made for it
+        for key, amount in ((first, 250), ("k" * 256, 100)):  # the first key with another amount; too long a key
+            policy_log.lines.clear()
+            refusals.append((await answered(client.session, "charge_guarded", {"amount": amount}, key=key),
+                             len(policy_log.lines)))
+        policy_log.lines.clear()
+        await answered(client.session, "charge_guarded", {"amount": 40})  # a new key: no room yet
+        truth = await ledger(client)
+    stopped = all(answer.startswith(f"no answer: {kind}") and attempts == 1 for (answer, attempts), kind
+                  in zip(refusals, ["idempotency_key_conflict", "invalid_idempotency_key"], strict=True))
+    return verdict(stopped and policy_log.saw("idempotency_store_full") and truth == {"balance": 140, "charges": 2},
+                   "conflict and invalid key: stopped at once; store full: backed off until a record expired")
+
+
+# ----------------------------------------------------------------------------
+# The alternatives, on the same mail server: the key anywhere but params
+# ----------------------------------------------------------------------------
+
+
+async def send_and_retry_once(client: Client, link: Link, params: mcp_types.CallToolRequestParams) -> str:
+    """What a client does without SEP-3182: lose the answer, time out, send the very same request again."""
+    request = mcp_types.CallToolRequest(params=params)
+    link.lose_next = True
+    try:
+        await client.session.send_request(request, mcp_types.CallToolResult, request_read_timeout_seconds=TIMEOUT)
+    except MCPError as error:
+        if error.code != TIMED_OUT:
+            raise
+        say("client", f"no answer within {TIMEOUT}s; sends the same request again")
+    return text(await client.session.send_request(request, mcp_types.CallToolResult))
+
+
+def call(name: str, arguments: dict, **params) -> mcp_types.CallToolRequestParams:
+    """tools/call params, spelled as they go on the wire."""
+    return mcp_types.CallToolRequestParams.model_validate({"name": name, "arguments": arguments, **params})
+
+
+async def key_in_arguments(client: Client, link: Link) -> list[bool]:
+    """A key in `arguments`: refused by a strict schema; under another tool's name for it, silently dropped."""
+    print("5. A key in arguments")
+    key = new_key()
+    email = {"to": "ada@example.com", "subject": "Invoice", "body": "Attached.", "idempotencyKey": key}
+    refusal = text(await client.call_tool("send_email", email))
+    say("client", f"send_email with idempotencyKey among its arguments ← {refusal.splitlines()[0]} "
+                  f"({refusal.splitlines()[2].strip()})")
+    truth = await outbox(client)
+    refused = verdict(truth["email"] == 0, "refused by send_email's schema (additionalProperties: false): "
+                                           "with a key there, the e-mail cannot be sent at all")
+    tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    say("client", f"send_sms describes itself: {tools['send_sms'].description!r}; a generic client cannot know "
+                  "which argument of which tool is a key, so it tries the name it knows")
+    answer = await send_and_retry_once(client, link, call("send_sms", {"to": "+441632960000", "text": "Your code",
+                                                                      "idempotencyKey": key}))
+    say("client", f"← {answer}")
+    truth = await outbox(client)
+    invisible = verdict(truth["sms"] == 2, "under a generic client's name the key was dropped by the SDK, "
+                                           "and the retry texted twice")
+    return [refused, invisible]
+
+
+async def idempotent_hint(client: Client, link: Link) -> bool:
+    """idempotentHint: true is a hint: the retry a client risks on its word runs the tool again."""
+    print("6. The idempotentHint annotation")
+    tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    say("client", f"notify is annotated {tools['notify'].annotations.model_dump(by_alias=True, exclude_none=True)}"
+                  "; trusting it, the client retries without a key")
+    say("client", f"← {await send_and_retry_once(client, link, call('notify', {'to': 'ada', 'text': 'Shipped'}))}")
+    truth = await outbox(client)
+    return verdict(truth["notification"] == 2, "no guarantee: the annotated tool ran twice")
+
+
+async def key_in_meta(client: Client, link: Link) -> bool:
+    """A key in `_meta`: the SDK hands it to the handler; nothing deduplicates it."""
+    print("7. A key in _meta")
+    key, meta_key = new_key(), "io.example/idempotencyKey"
+    seen = structured(await client.session.send_request(mcp_types.CallToolRequest(
+        params=call("seen_meta", {}, _meta={meta_key: key})), mcp_types.CallToolResult))
+    say("client", f"the handler received _meta[{meta_key!r}] = {seen.get(meta_key)!r}: what it does with it is "
+                  "each tool's business")
+    before = (await outbox(client))["email"]
+    answer = await send_and_retry_once(client, link, call(
+        "send_email", {"to": "ada@example.com", "subject": "Invoice", "body": "Attached."}, _meta={meta_key: key}))
+    say("client", f"← {answer}")
+    truth = await outbox(client)
+    return verdict(seen.get(meta_key) == key and truth["email"] == before + 2,
+                   "the key reached the handler, nobody deduplicated it: the retry sent the e-mail twice")
+
+
+async def alternatives(folder: Path) -> list[bool]:
+    """Scenarios 5-7, on one mail server: the same tools, the key placed anywhere but params."""
+    async with connected(new_server(MAIL, [], folder, "alternatives", "mail")) as (client, link):
+        return [*await key_in_arguments(client, link), await idempotent_hint(client, link),
+                await key_in_meta(client, link)]
+
+
+async def play() -> bool:
+    """Every scenario, each on fresh servers; True if every verdict held."""
+    print("One retry policy (retry/policy.py) on two unrelated tools, and the alternatives to a key in params\n")
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        verdicts = [await slow_charge(folder), await lost_email(folder), await killed_mid_charge(folder),
+                    await final_answers_then_full_store(folder), *await alternatives(folder)]
+    print(f"{sum(verdicts)} of {len(verdicts)} verdicts held.")
+    return all(verdicts)
+
+
+def main() -> None:
+    """Play every scenario; exit 0 only if every verdict held."""
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s")
+    sys.exit(0 if anyio.run(play) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Every test from a fresh clone: make the two environments the suite needs, then run pytest.
+
+    python3 tests/run.py             the quick set: every test but the slow ones (about 5 minutes)
+    python3 tests/run.py -m slow     any pytest options replace the default -m "not slow"
+
+The two SDKs cannot share one environment, so there are two: .venv (mcp 1.x, pytest)
+runs pytest and server.py; .venv-2x (mcp 2.x, asyncpg) runs sdk2/server.py, which the
+tests start as a subprocess. Both are made if missing and brought up to date.
+PostgreSQL tests need SEP3182_POSTGRES (tests/postgres.sh starts a throwaway server).
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ENVIRONMENTS = {
+    ".venv": ["requirements.txt", "tests/requirements.txt"],
+    ".venv-2x": ["sdk2/requirements.txt", "sdk2/requirements-postgres.txt"],
+}
+
+
+def prepared(folder: str, requirements: list[str]) -> Path:
+    """A virtual environment in `folder` with `requirements` installed; its python."""
+    python = ROOT / folder / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(ROOT / folder)], check=True)
+    install = [str(python), "-m", "pip", "install", "-q"]
+    subprocess.run([*install, *(f"-r{ROOT / name}" for name in requirements)], check=True)
+    return python
+
+
+def main() -> None:
+    """Prepare both environments, then run pytest in the first with the options given."""
+    pythons = [prepared(folder, requirements) for folder, requirements in ENVIRONMENTS.items()]
+    options = sys.argv[1:] or ["-m", "not slow"]
+    sys.exit(subprocess.run([str(pythons[0]), "-m", "pytest", "tests", *options], cwd=ROOT).returncode)
+
+
+if __name__ == "__main__":
+    main()
