@@ -2,7 +2,7 @@
 
 It serves the 2026-07-28 revision (server/discover, a self-contained request each
 time) and the 2025 handshake, over stdio or stateless Streamable HTTP, and keeps
-its records and its ledger in a store that every instance shares (store.py).
+its records and its ledger in a store that every instance shares (sdk2/store/).
 
 Read it top to bottom, in the order of the SEP:
 

@@ -1,4 +1,4 @@
-"""P8, P9, P16, P17, P18 in sdk2/store.py itself: each store in this process, spoken to as the
+"""P8, P9, P16, P17, P18 in sdk2/store/ itself: each store in this process, spoken to as the
 2.x server's dispatch layer speaks to it.
 
 The memory and SQLite stores read a clock they are given, so a fake one moves their

@@ -10,8 +10,12 @@ command the client sent for a lease, a pooled connection for `limits.wait`. The
 isolation level is pinned to READ COMMITTED, whatever the server's default: the
 claim relies on each statement seeing what committed before it.
 
-Behind a pooler in transaction mode (pgbouncer): every lock is transaction-scoped,
-and no statement is prepared by name (asyncpg's statement cache is off).
+Behind a pooler in transaction mode (pgbouncer): every lock is transaction-scoped.
+asyncpg prepares its statements by name, once per connection; with its cache off
+(statement_cache_size=0) each statement would take two round trips instead of one,
+so the cache stays on: a pooler must keep prepared statements per server connection
+(pgbouncer 1.21 or later, max_prepared_statements > 0) and pass the session settings
+below (or they are set on the role). Not tested behind one here.
 """
 
 from importlib.resources import files
@@ -98,7 +102,7 @@ class PostgresStore(Store):
     async def open(cls, url: str, limits: Limits) -> "PostgresStore":
         # Each connection is used for one transaction at a time and keeps no session
         # state, so the pool need not reset it on release: that is a round trip a use.
-        pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=no_reset, statement_cache_size=0,
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=no_reset,
                                          command_timeout=limits.lease, server_settings=session_settings(limits))
         try:
             async with pool.acquire() as db:
