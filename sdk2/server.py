@@ -290,7 +290,7 @@ async def run_once(ctx, call_next, key: str, fingerprint: bytes, owner: str) -> 
             raise error
         except StoreUnavailable as error:  # P23: nothing recorded; the client retries
             await give_back(store, key, owner)
-            log.warning("store unavailable: key=%r released, nothing recorded (%s)", key, error)
+            log.warning("store unavailable: key=%r, nothing recorded (%s)", key, error)
             raise rejection(STORE_UNAVAILABLE, key) from None
         except BaseException:
             # P6': nothing leaves the key claimed: what failed here was not
