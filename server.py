@@ -132,10 +132,11 @@ def forget_expired() -> None:
     """R1, P8: drop the completed records whose window has passed; their keys are new again (R5)."""
     now, expired = clock(), []
     for scoped_key, record in _dedup_store.items():
-        if record.outcome is not None and record.expires_at > now:
+        if record.outcome is None:
+            continue  # still running: it has no window yet, and never expires (S1)
+        if record.expires_at > now:
             break  # completed records come in expiry order: every later one is younger
-        if record.outcome is not None:
-            expired.append(scoped_key)
+        expired.append(scoped_key)
     for scoped_key in expired:
         del _dedup_store[scoped_key]
 
@@ -165,16 +166,14 @@ def record(scoped_key: tuple[str, str], outcome: Outcome) -> None:
         del _dedup_store[scoped_key]
         log.debug("released: key=%r (URL elicitation required)", scoped_key[1])
         return
-    done = _dedup_store.pop(scoped_key)  # to the back: completion order is expiry order
-    done.outcome, done.expires_at = outcome, clock() + retention
-    _dedup_store[scoped_key] = done
+    claimed = _dedup_store.pop(scoped_key)  # then in again at the back: completion order is expiry order
+    _dedup_store[scoped_key] = Record(claimed.fingerprint, outcome, clock() + retention)
     log.debug("recorded: key=%r", scoped_key[1])
 
 async def run_once(scoped_key: tuple[str, str], fingerprint: bytes, request: types.CallToolRequest) -> Outcome:
     """S0, P7: claim the key, run the tool to completion whatever the client does, keep the outcome."""
     claim(scoped_key, fingerprint, request.params.name)
-    # P7: a cancel, or a client gone, must not stop a keyed run half way: the retry would
-    # find a key running forever, or a side effect with no record of it.
+    # P7: a cancel or a vanished client must not stop a keyed run half way (a key left running, a charge unrecorded).
     with anyio.CancelScope(shield=True):
         outcome = await outcome_of(request)
     record(scoped_key, outcome)
