@@ -134,7 +134,7 @@ def add_common_options(parser) -> None:
 # ----------------------------------------------------------------------------
 
 # The code the seed prototype used, kept: the SEP names none (S3a). It is not the
-# whole answer, since in-progress and store-full mean "retry shortly" and the
+# whole answer, since in-progress, store-full and store-unavailable mean "retry" and the
 # other two "do not retry": a client branches on error.data.type, never the code.
 ERROR_CODE = -32602
 
@@ -142,12 +142,14 @@ INVALID_KEY = "invalid_idempotency_key"
 CONFLICT = "idempotency_key_conflict"
 IN_PROGRESS = "idempotency_key_in_progress"
 STORE_FULL = "idempotency_store_full"
+STORE_UNAVAILABLE = "idempotency_store_unavailable"
 
 MESSAGES = {
     INVALID_KEY: f"idempotencyKey must be a string of 1 to {MAX_KEY_LENGTH} characters",
     CONFLICT: "idempotencyKey was already used with a different tool or arguments",
     IN_PROGRESS: "a request with this idempotencyKey is still running; retry shortly",
     STORE_FULL: "the server holds as many idempotency records as it can; retry later",
+    STORE_UNAVAILABLE: "the idempotency store failed before this request's outcome was recorded; retry shortly",
 }
 
 

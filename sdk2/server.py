@@ -2,7 +2,7 @@
 
 It serves the 2026-07-28 revision (server/discover, a self-contained request each
 time) and the 2025 handshake, over stdio or stateless Streamable HTTP, and keeps
-its records and its ledger in a store that every instance shares (store.py).
+its records and its ledger in a store that every instance shares (sdk2/store/).
 
 Read it top to bottom, in the order of the SEP:
 
@@ -39,8 +39,8 @@ try:
     from pydantic_core import from_json, to_json
 
     import sep3182
-    from sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL
-    from store import Full, Held, Limits, Won, open_store
+    from sep3182 import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE
+    from store import Full, Held, Limits, StoreUnavailable, Won, open_store
 except ImportError as missing:  # no SDK, or the 1.x one
     sys.exit(f"{Path(sys.argv[0]).name} needs the mcp 2.x SDK, which this Python cannot import ({missing}); "
              "install it: pip install -r sdk2/requirements.txt")
@@ -225,37 +225,82 @@ def replay(outcome: str, revision: str) -> dict:
     return shaped_for(outcome["result"], outcome["revision"], revision)
 
 
-async def outcome_of(ctx, call_next) -> dict | MCPError:
-    """P6': what the SDK's tools/call handler produced: a result (isError too) or a JSON-RPC error."""
+def internal_error() -> MCPError:
+    """P6': what anything unexpected becomes: a fixed message, no exception text leaked to the client."""
+    return MCPError(**sep3182.INTERNAL_ERROR)
+
+
+async def outcome_of(ctx, call_next, key: str) -> dict | MCPError:
+    """P6': whatever the SDK's tools/call handler produces, a result or a JSON-RPC error; an
+    internal error when something unexpected escapes it, so the key never stays running."""
     try:
         return await call_next(ctx)
     except MCPError as error:
         return error
-    except Exception:  # P6': kept as an internal error, so the key never stays running
-        log.exception("the tool call failed unexpectedly")
-        return MCPError(**sep3182.INTERNAL_ERROR)
+    except Exception:
+        log.exception("internal error: key=%r tool=%s", key, ctx.params["name"])  # the traceback, to stderr
+        return internal_error()
 
 
-async def run_once(ctx, call_next, key: str, owner: str) -> dict:
-    """P4.1, P7, P17, P18: run the tool to completion and record its outcome with its side effect."""
+def recorded_as(outcome: dict | MCPError, key: str, revision: str) -> tuple[dict | MCPError, str]:
+    """P6': the outcome and its text for the store; an outcome that cannot be written down is an internal error."""
+    try:
+        return outcome, recorded(outcome, revision)
+    except Exception:
+        log.exception("internal error: key=%r, its outcome cannot be recorded", key)
+        return internal_error(), recorded(internal_error(), revision)
+
+
+async def run_and_record(ctx, call_next, key: str, fingerprint: bytes) -> tuple[dict | MCPError, bool]:
+    """P17, P18: run the tool and commit its outcome with its side effect: (the outcome, recorded or fenced)."""
+    # P17: the tool's ledger write joins this transaction, so the charge and the
+    # completed record commit together or not at all.
+    async with ctx.lifespan_context.transaction() as tx:
+        outcome = await outcome_of(ctx, call_next, key)
+        if tx.failure is not None:
+            # P23: the store failed under the tool (the SDK made that an isError
+            # result): that is no outcome of the tool's, and nothing is recorded.
+            raise StoreUnavailable("the unit of work failed") from tx.failure
+        if isinstance(outcome, MCPError) and outcome.error.code == sep3182.URL_ELICITATION_REQUIRED:
+            raise outcome  # rolls the unit of work back; run_once gives the key back
+        outcome, text = recorded_as(outcome, key, ctx.protocol_version)
+        return outcome, await tx.commit_with_record(key, fingerprint, text)
+
+
+async def give_back(store, key: str, owner: str) -> None:
+    """P6', P23: release the claim; if the store cannot even do that, its lease frees the key."""
+    try:
+        await store.release(key, owner)
+    except StoreUnavailable as error:
+        log.warning("not released: key=%r is left to its lease (%s)", key, error)
+
+
+async def run_once(ctx, call_next, key: str, fingerprint: bytes, owner: str) -> dict:
+    """P4.1, P6', P7, P17, P18, P23: run the tool to completion and record its outcome with its side effect."""
     store = ctx.lifespan_context
     log.debug("claimed: key=%r tool=%s", key, ctx.params["name"])
     # P7: a cancel (the 2.x client sends one on a stdio timeout) or a vanished
     # client must not stop a keyed execution half way.
     with anyio.CancelScope(shield=True):
-        # P17: the tool's ledger write joins this transaction, so the charge and
-        # the completed record commit together or not at all.
-        async with store.transaction() as tx:
-            outcome = await outcome_of(ctx, call_next)
-            if isinstance(outcome, MCPError) and outcome.error.code == sep3182.URL_ELICITATION_REQUIRED:
-                await tx.rollback()  # P6': asks for the same request again: released, not recorded
-                await store.release(key, owner)
-                log.debug("released: key=%r (URL elicitation required)", key)
-                raise outcome
-            recorded_now = await tx.commit_with_record(key, owner, recorded(outcome, ctx.protocol_version))
+        try:
+            outcome, recorded_now = await run_and_record(ctx, call_next, key, fingerprint)
+        except MCPError as error:  # P6': -32042, sent as it is and not recorded
+            await give_back(store, key, owner)
+            log.debug("released: key=%r, the client is asked to send it again", key)
+            raise error
+        except StoreUnavailable as error:  # P23: nothing recorded; the client retries
+            await give_back(store, key, owner)
+            log.warning("store unavailable: key=%r, nothing recorded (%s)", key, error)
+            raise rejection(STORE_UNAVAILABLE, key) from None
+        except BaseException:
+            # P6': nothing leaves the key claimed: what failed here was not
+            # recorded, so a retry runs the tool as if this call never came.
+            await give_back(store, key, owner)
+            log.exception("released: key=%r, its outcome could not be recorded", key)
+            raise internal_error() from None
     if not recorded_now:
-        # P18: our lease passed and a retry took the key over, so our charge was
-        # rolled back; this caller, like any retry, is told to come back for the outcome.
+        # P18: our lease passed, a retry took the key over and completed first, so
+        # our charge was rolled back; this caller is told to come back for the outcome.
         log.debug("lease lost: key=%r, its charge rolled back", key)
         raise rejection(IN_PROGRESS, key)
     log.debug("recorded: key=%r", key)
@@ -288,9 +333,13 @@ async def idempotent_tools_call(ctx, call_next) -> Any:
     fingerprint = sep3182.fingerprint(ctx.params["name"], ctx.params.get("arguments"))
     # P16: the store takes the key in one atomic step, or says which record holds it;
     # it reads first, so most retries (replay, conflict, in progress) take no lock.
-    claim = await ctx.lifespan_context.claim(key, fingerprint)
+    try:
+        claim = await ctx.lifespan_context.claim(key, fingerprint)
+    except StoreUnavailable as error:  # P23: nothing claimed, nothing ran
+        log.warning("store unavailable: key=%r not claimed (%s)", key, error)
+        raise rejection(STORE_UNAVAILABLE, key) from None
     if isinstance(claim, Won):
-        return await run_once(ctx, call_next, key, claim.owner)
+        return await run_once(ctx, call_next, key, fingerprint, claim.owner)
     if isinstance(claim, Full):  # P9: refuse rather than run without the guarantee
         log.debug("store full: key=%r", key)
         raise rejection(STORE_FULL, key)

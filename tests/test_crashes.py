@@ -29,13 +29,12 @@ running. Every test runs on SQLite and on PostgreSQL; each prints its counts.
 import random
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from stores import audit, decisions, read_store
-from wire import IN_PROGRESS, REPLY_TIMEOUT, error_type, start, text_of
+from wire import IN_PROGRESS, REPLY_TIMEOUT, error_type, start, start_together, text_of
 
 pytestmark = pytest.mark.targets("2x-http")
 
@@ -141,8 +140,7 @@ def test_instance_killed_at_each_phase_of_a_keyed_call_leaves_one_charge_per_key
         for batch in [keys[i:i + STARTING_AT_ONCE] for i in range(0, len(keys), STARTING_AT_ONCE)]:
             # A batch of victims starts together, to save start-up time (about a second
             # each); then each makes its one call and dies.
-            with ThreadPoolExecutor(len(batch)) as pool:
-                victims = list(pool.map(lambda _: start("2x-http", *server_args), batch))
+            victims = start_together("2x-http", *[server_args] * len(batch))
             try:
                 for key, victim in zip(batch, victims):
                     kill(key, victim)

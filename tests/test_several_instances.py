@@ -21,6 +21,7 @@ store holds (read directly, not through the server):
 """
 
 import contextlib
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,9 +30,10 @@ from pathlib import Path
 import pytest
 
 from stores import CHARGED, audit, decisions, read_store
-from wire import CONFLICT, IN_PROGRESS, error_type, start, text_of
+from wire import CONFLICT, IN_PROGRESS, REPLY_TIMEOUT, ROOT, error_type, sdk2_python, start, start_together, text_of
 
 FAULTS = Path(__file__).resolve().parent / "faults"  # sitecustomize.py: kill or hold a call at a phase
+SDK2 = ROOT / "sdk2"
 
 pytestmark = pytest.mark.targets("2x-http")
 
@@ -48,14 +50,84 @@ REPLY_TIMEOUT = 60  # seconds; 2,000 requests share two cores with four servers
 
 @contextlib.contextmanager
 def instances(*command_lines: tuple[str, ...]):
-    """One server per command line, started together, stopped at the end."""
-    with ThreadPoolExecutor(len(command_lines)) as pool:
-        wires = list(pool.map(lambda server_args: start("2x-http", *server_args), command_lines))
+    """One server per command line, started together, stopped at the end (all of them, even if one failed to start)."""
+    wires = start_together("2x-http", *command_lines)
     try:
         yield wires
     finally:
         for wire in wires:
             wire.close()
+
+
+# ----------------------------------------------------------------------------
+# Quick: a fleet that starts at once
+# ----------------------------------------------------------------------------
+
+FLEET = 6  # instances started at once on one new SQLite file
+FLEET_ROUNDS = 4  # new files
+OPENS = 20  # times each instance opens and closes the store: a server opens it twice as it starts
+
+# What an instance of the 2.x server does with its store as it starts and stops, and
+# nothing else (the SDK's start-up is a second of CPU, and would only spread the
+# instances out): wait for the word "go", then open the store, take a key, close it.
+OPEN_THE_STORE = """
+import os, sys, time, anyio
+sys.path.insert(0, sys.argv[1])
+from store import Limits, open_store
+ready, go, url = sys.argv[2:]
+open(ready, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.001)
+async def open_and_close():
+    for n in range(%d):
+        async with open_store(url, Limits(retention=60, lease=30, max_records=1000)) as store:
+            await store.claim(f"{os.getpid()}-{n}", b"fingerprint")
+anyio.run(open_and_close)
+""" % OPENS
+
+
+def test_a_fleet_started_at_once_on_a_new_sqlite_file_all_comes_up(tmp_path):
+    """Issue 16, finding 10: one of several instances opening a new file at once was refused
+    with "database is locked", while another closed its connection."""
+    for round_ in range(FLEET_ROUNDS):
+        folder = tmp_path / str(round_)
+        folder.mkdir()
+        fleet = [subprocess.Popen([sdk2_python(), "-c", OPEN_THE_STORE, str(SDK2), str(folder / f"ready-{i}"),
+                                   str(folder / "go"), f"sqlite:{folder / 'store.db'}"],
+                                  stderr=subprocess.PIPE, text=True) for i in range(FLEET)]
+        try:
+            deadline = time.monotonic() + REPLY_TIMEOUT
+            while len(list(folder.glob("ready-*"))) < FLEET and time.monotonic() < deadline:
+                time.sleep(0.01)
+            (folder / "go").touch()  # all at once
+            failed = [error for error in (instance.communicate(timeout=REPLY_TIMEOUT)[1] for instance in fleet)
+                      if error]
+        finally:
+            for instance in fleet:
+                instance.kill()
+                instance.wait()
+        assert not failed, f"round {round_}: {len(failed)} of {FLEET} instances failed:\n{failed[0]}"
+        assert len(read_store(f"sqlite:{folder / 'store.db'}")[1]) == FLEET * OPENS
+
+
+def test_instances_that_started_are_stopped_when_another_fails_to_start(tmp_path):
+    """Issue 16, finding 10: the helper that starts several instances left the ones that came up running."""
+    healthy = ("--store", f"sqlite:{tmp_path / 'store.db'}")
+    with pytest.raises(RuntimeError, match="exited before it listened"):
+        with instances(healthy, healthy, ("--store", "sqlite:/no/such/folder/store.db")):
+            pass
+    assert not still_running(str(tmp_path)), "an instance that started was left running"
+
+
+def still_running(text: str) -> list[str]:
+    """The command lines of this machine's processes that mention `text`."""
+    running = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            command = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if text in command:
+                running.append(command)
+    return running
 
 
 # ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""P8, P9, P16, P17, P18 in sdk2/store.py itself: each store in this process, spoken to as the
+"""P8, P9, P16, P17, P18 in sdk2/store/ itself: each store in this process, spoken to as the
 2.x server's dispatch layer speaks to it.
 
 The memory and SQLite stores read a clock they are given, so a fake one moves their
@@ -6,8 +6,10 @@ windows without sleeping. PostgreSQL keeps time on the database's clock (P19): t
 the windows are a second long and the test waits them out.
 """
 
-import importlib.util
+import importlib
+import sqlite3
 import subprocess
+import sys
 
 import anyio
 import pytest
@@ -15,10 +17,10 @@ import pytest
 from conftest import FakeClock
 from wire import ROOT, sdk2_python
 
-# Loaded under a name of its own: on sys.path, sdk2/ would shadow the 1.x server.py.
-spec = importlib.util.spec_from_file_location("sdk2_store", ROOT / "sdk2" / "store.py")
-store_module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(store_module)
+# sdk2/ goes last on sys.path: first, its server.py would shadow the 1.x one.
+sys.path.append(str(ROOT / "sdk2"))
+store_module = importlib.import_module("store")
+memory, sqlite = importlib.import_module("store.memory"), importlib.import_module("store.sqlite")
 Full, Held, Limits, Won = store_module.Full, store_module.Held, store_module.Limits, store_module.Won
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("2x-stdio", "2x-http")]
@@ -46,21 +48,22 @@ async def opened(request, tmp_path):
     """Each store with a one-second retention and lease, and room for two records."""
     limits = Limits(retention=WINDOW, lease=WINDOW, max_records=2)
     if request.param == "postgresql":
-        store = await store_module.PostgresStore.open(request.getfixturevalue("postgres_url"), limits)
+        postgres = importlib.import_module("store.postgres")
+        store = await postgres.PostgresStore.open(request.getfixturevalue("postgres_url"), limits)
         yield Opened(store, None)
     else:
         clock = FakeClock()
-        store = (store_module.MemoryStore(limits, clock) if request.param == "memory"
-                 else store_module.SQLiteStore(str(tmp_path / "store.db"), limits, clock))
+        store = (memory.MemoryStore(limits, clock) if request.param == "memory"
+                 else sqlite.SQLiteStore(str(tmp_path / "store.db"), limits, clock))
         yield Opened(store, clock)
     await store.close()
 
 
-async def charged(store, key: str, owner: str, amount: int = 100) -> bool:
+async def charged(store, key: str, amount: int = 100, fingerprint: bytes = FINGERPRINT) -> bool:
     """A keyed charge's unit of work as the server runs it: the charge, then commit with the record."""
     async with store.transaction() as tx:
         await tx.charge(amount)
-        return await tx.commit_with_record(key, owner, f"charged {amount}")
+        return await tx.commit_with_record(key, fingerprint, f"charged {amount}")
 
 
 async def ledger(store) -> dict:
@@ -71,7 +74,7 @@ async def ledger(store) -> dict:
 async def test_completed_record_replays_inside_its_window_and_is_dropped_after_it(opened):
     store = opened.store
     claim = await store.claim("k", FINGERPRINT)
-    assert isinstance(claim, Won) and await charged(store, "k", claim.owner)
+    assert isinstance(claim, Won) and await charged(store, "k")
 
     assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, "charged 100")  # a replay
     await opened.wait_out(WINDOW * 1.2)
@@ -82,7 +85,7 @@ async def test_full_store_refuses_a_new_key_and_takes_one_again_once_a_record_ex
     store = opened.store
     for key in ("a", "b"):
         claim = await store.claim(key, FINGERPRINT)
-        assert await charged(store, key, claim.owner)
+        assert await charged(store, key)
 
     assert await store.claim("c", FINGERPRINT) == Full()
     assert (await store.claim("a", FINGERPRINT)).outcome == "charged 100"  # a stored key still answers
@@ -127,19 +130,171 @@ async def test_a_takeover_reuses_its_record_so_the_bound_counts_keys_not_claims(
     assert await store.claim("c", FINGERPRINT) == Full()
 
 
-async def test_a_fenced_completion_rolls_back_the_charge_it_joined(opened):
-    """P17, P18: the original outlived its lease and a retry took over: the original's charge is
-    rolled back with its refused completion, and the retry's charge is the only one."""
+async def test_the_first_completion_wins_and_a_later_one_rolls_back_the_charge_it_joined(opened):
+    """P17, P18: the original outlived its lease and a retry took over; whichever completes first is
+    recorded, and the other's charge is rolled back with its refused completion: one charge."""
     store = opened.store
-    original = await store.claim("k", FINGERPRINT)
+    await store.claim("k", FINGERPRINT)
     await opened.wait_out(WINDOW * 1.2)
-    retry = await store.claim("k", FINGERPRINT)
+    assert isinstance(await store.claim("k", FINGERPRINT), Won)  # the takeover
 
-    assert not await charged(store, "k", original.owner)
-    assert await ledger(store) == {"balance": 0, "charges": 0}
-    assert await charged(store, "k", retry.owner)
+    assert await charged(store, "k", amount=100)  # the slow original completes first: it wins
+    assert not await charged(store, "k", amount=100)  # the retry's completion is fenced off
     assert await ledger(store) == {"balance": 100, "charges": 1}
     assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, "charged 100")
+
+
+async def test_a_completion_for_another_request_under_the_key_is_fenced_off(opened):
+    """P18: a key that expired and was claimed by another request is not completed by the old one."""
+    store = opened.store
+    await store.claim("k", FINGERPRINT)
+    assert not await charged(store, "k", fingerprint=OTHER)
+    assert await ledger(store) == {"balance": 0, "charges": 0}
+
+
+async def test_a_released_claim_lets_the_same_key_run_again_and_only_its_owner_may_release_it(opened):
+    """P6': -32042 asks the client to send the request again: its claim is given back, not recorded."""
+    store = opened.store
+    first = await store.claim("k", FINGERPRINT)
+    await store.release("k", "someone else")  # not the owner: nothing changes
+    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, None)
+
+    await store.release("k", first.owner)
+    second = await store.claim("k", FINGERPRINT)
+    assert isinstance(second, Won) and second.owner != first.owner
+    await store.release("k", first.owner)  # a stale owner cannot release the new claim
+    assert await charged(store, "k")
+    await store.release("k", second.owner)  # nor can anyone release a completed record
+    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, "charged 100")
+
+    await store.claim("b", FINGERPRINT)  # P9: a released key left no record behind to count
+    assert await store.claim("c", FINGERPRINT) == Full()
+
+
+async def test_a_record_completed_late_in_its_lease_replays_for_a_whole_window_after_its_completion(opened):
+    """P8: retention runs from the completion, not from the claim (issue 16, finding 9)."""
+    store = opened.store
+    await store.claim("k", FINGERPRINT)
+    await opened.wait_out(WINDOW * 0.7)  # late in the lease
+    assert await charged(store, "k")
+    await opened.wait_out(WINDOW * 0.7)  # past a window from the claim, inside one from the completion
+    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, "charged 100")
+    await opened.wait_out(WINDOW * 0.5)
+    assert isinstance(await store.claim("k", FINGERPRINT), Won)
+
+
+async def test_a_nested_unit_of_work_that_fails_undoes_its_own_writes_only(opened):
+    """P17: a tool that catches its own error commits, keyed, exactly what it commits unkeyed:
+    its nested transaction is a savepoint (issue 16, finding 4)."""
+    store = opened.store
+
+    async def tool() -> None:
+        """Charge 1; then, in a nested unit of work, charge 10 and fail; catch it."""
+        async with store.transaction() as tx:
+            await tx.charge(1)
+        with pytest.raises(RuntimeError):
+            async with store.transaction() as tx:
+                await tx.charge(10)
+                raise RuntimeError("the processor declined after the write")
+
+    await tool()  # unkeyed: each unit of work on its own
+    assert await ledger(store) == {"balance": 1, "charges": 1}
+
+    await store.claim("k", FINGERPRINT)
+    async with store.transaction() as tx:  # keyed: the dispatch layer's unit of work around the tool
+        await tool()
+        assert await tx.commit_with_record("k", FINGERPRINT, "done")
+    assert await ledger(store) == {"balance": 2, "charges": 2}
+
+
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+async def test_claims_and_completions_at_once_under_any_default_isolation_level_never_fail(isolation, postgres_url):
+    """P16, P23: the level is pinned in code, so a server whose default is stricter raises no
+    serialization failure at the client, and each key is won and charged once (issue 16, finding 5)."""
+    import asyncpg
+
+    admin = await asyncpg.connect(postgres_url)
+    try:
+        await admin.execute(f"ALTER DATABASE {postgres_url.rsplit('/', 1)[1]} SET default_transaction_isolation = "
+                            f"'{isolation}'")
+    finally:
+        await admin.close()
+    postgres = importlib.import_module("store.postgres")
+    store = await postgres.PostgresStore.open(postgres_url, Limits(retention=60, lease=30, max_records=1000))
+    won = []
+
+    async def claim_and_complete(key: str) -> None:
+        claim = await store.claim(key, FINGERPRINT)
+        if isinstance(claim, Won):
+            won.append(key)
+            assert await charged(store, key)
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            for i in range(40):
+                tasks.start_soon(claim_and_complete, f"key-{i % 10}")
+        assert sorted(won) == sorted(f"key-{i}" for i in range(10))
+        assert await ledger(store) == {"balance": 1000, "charges": 10}
+    finally:
+        await store.close()
+
+
+async def test_a_claim_waiting_on_a_locked_key_answers_in_progress_and_holds_up_no_other_key(postgres_url):
+    """P23, issue 16 finding 2: an instance frozen between its completion and its COMMIT holds its
+    key's row; a retry's takeover waited on it forever, holding the count row, and so did every new key."""
+    import asyncpg
+
+    postgres = importlib.import_module("store.postgres")
+    store = await postgres.PostgresStore.open(postgres_url, Limits(retention=60, lease=WINDOW, max_records=100))
+    frozen = await asyncpg.connect(postgres_url)
+    answers, took = {}, {}
+
+    async def claim(key: str) -> None:
+        began = anyio.current_time()
+        answers[key] = await store.claim(key, FINGERPRINT)
+        took[key] = anyio.current_time() - began
+
+    try:
+        await store.claim("k", FINGERPRINT)
+        await frozen.execute("BEGIN")
+        await frozen.execute("UPDATE idempotency_records SET owner = owner WHERE key = 'k'")  # then no COMMIT
+        await anyio.sleep(WINDOW * 1.2)  # the lease passes: a retry may take the key over
+        with anyio.move_on_after(WINDOW * 5):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(claim, "k")  # waits on the frozen row
+                await anyio.sleep(0.1)
+                tasks.start_soon(claim, "another key")
+    finally:
+        await frozen.execute("ROLLBACK")
+        await frozen.close()
+        await store.close()
+    assert answers.get("k") == Held(FINGERPRINT, None) and took["k"] < WINDOW, (answers, took)  # in progress, soon
+    assert isinstance(answers.get("another key"), Won) and took["another key"] < WINDOW / 3, (answers, took)
+
+
+async def test_an_interleaved_claim_on_two_sqlite_stores_is_won_once(tmp_path):
+    """P16: the write under the lock re-decides; it never trusts the read made before it
+    (issue 16, finding 9: one store reads the key as free, another claims it, the first then writes)."""
+    limits = Limits(retention=WINDOW, lease=WINDOW, max_records=10)
+    first, second = (sqlite.SQLiteStore(str(tmp_path / "store.db"), limits, FakeClock()) for _ in range(2))
+    try:
+        assert first.on_loop.execute(sqlite.HOLDER, {"key": "k", "now": first.clock()}).fetchone() is None  # free
+        won = await second.claim("k", FINGERPRINT)
+        assert first.take(first.on_loop, "k", FINGERPRINT, first.clock()) == Held(FINGERPRINT, None)
+        assert isinstance(won, Won)
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_the_sqlite_writer_syncs_every_commit_to_disk(tmp_path):
+    """P17: a completion the client was told about survives power loss: synchronous=FULL on the
+    connection that commits completions (issue 16, finding 6; NORMAL may lose the last commits)."""
+    store = sqlite.SQLiteStore(str(tmp_path / "store.db"), Limits(retention=1, lease=1, max_records=1))
+    try:
+        assert store.writer.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        await store.close()
 
 
 BAD_STORES = [
@@ -157,3 +312,37 @@ def test_a_store_that_cannot_be_opened_stops_the_server_with_one_line(url, said)
     assert refused.returncode == 1 and refused.stdout == ""
     [line] = refused.stderr.splitlines()
     assert line.startswith(f"cannot open the store {url}: ") and said in line
+
+
+# The layout the previous version made (schema 1): NULL patterns across columns.
+SCHEMA_1 = ("CREATE TABLE idempotency_records (key TEXT PRIMARY KEY, fingerprint BYTEA NOT NULL, owner TEXT, "
+            "lease_until REAL, outcome TEXT, expires_at REAL)")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_store_made_by_the_previous_version_stops_the_server_with_one_line(kind, tmp_path, request):
+    """Issue 16, findings 7 and 12: the schema version is recorded and checked; an old store was
+    silently used with the new code's statements (or, on PostgreSQL, never upgraded)."""
+    if kind == "sqlite":
+        url = f"sqlite:{tmp_path / 'store.db'}"
+        with sqlite3.connect(tmp_path / "store.db") as db:
+            db.execute(SCHEMA_1)
+    else:
+        url = request.getfixturevalue("postgres_url")
+        anyio.run(execute_on, url, SCHEMA_1)
+    refused = subprocess.run([sdk2_python(), str(ROOT / "sdk2" / "server.py"), "--store", url],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+
+    assert refused.returncode == 1 and refused.stdout == ""
+    [line] = refused.stderr.splitlines()
+    assert line.startswith(f"cannot open the store {url}: ") and "schema version 1" in line
+
+
+async def execute_on(url: str, statement: str) -> None:
+    import asyncpg
+
+    db = await asyncpg.connect(url)
+    try:
+        await db.execute(statement)
+    finally:
+        await db.close()

@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,6 +88,14 @@ class Wire(ABC):
         self.replies: dict[object, str] = {}  # replies read while waiting for another
         self.next_id = 0
         self.numbering = threading.Lock()  # several threads may send on one Wire
+        try:
+            self.ready()
+        except BaseException:  # a server that never became ready is stopped, not left running
+            self.close()
+            raise
+
+    def ready(self) -> None:
+        """Wait until the server answers, after whatever handshake this target needs."""
 
     # --- what each transport and revision says differently ------------------
 
@@ -198,8 +207,10 @@ class StdioWire(Wire):
     """A server subprocess spoken to in JSON-RPC lines on its stdin and stdout."""
 
     def __init__(self, target: str, command: list[str]):
-        super().__init__(target, command)
         self.lines: queue.Queue[str] = queue.Queue()
+        super().__init__(target, command)
+
+    def ready(self) -> None:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
@@ -251,8 +262,8 @@ class StdioWire(Wire):
 class ModernStdioWire(StdioWire):
     """The 2.x server over stdio on 2026-07-28: server/discover, then the envelope on every request."""
 
-    def __init__(self, target: str, command: list[str]):
-        super().__init__(target, command)
+    def ready(self) -> None:
+        super().ready()
         self.capabilities = self.request("server/discover", {})["result"]["capabilities"]
 
     def frame(self, message: dict) -> dict:
@@ -281,8 +292,8 @@ def with_envelope(message: dict) -> dict:
 class LegacyStdioWire(StdioWire):
     """The 1.x server over stdio, after the initialize handshake (2025-03-26, which every 1.x release speaks)."""
 
-    def __init__(self, target: str, command: list[str]):
-        super().__init__(target, command)
+    def ready(self) -> None:
+        super().ready()
         self.initialize_result = self.request("initialize", {
             "protocolVersion": "2025-03-26", "capabilities": {},
             "clientInfo": {"name": "wire", "version": "1"},
@@ -295,10 +306,12 @@ class HttpWire(Wire):
     """The 2.x server over stateless Streamable HTTP: one POST per message, each on its own connection."""
 
     def __init__(self, target: str, command: list[str], port: int, revision: str = MODERN):
-        super().__init__(target, command)
         self.port, self.revision = port, revision
         self.connections: dict[object, http.client.HTTPConnection] = {}
         self.answers: dict[object, queue.Queue] = {}
+        super().__init__(target, command)
+
+    def ready(self) -> None:
         self._wait_until_listening()
         self.capabilities = self.request("server/discover", {})["result"]["capabilities"]
 
@@ -398,6 +411,20 @@ def start(target: str, *server_args: str, server: Path | None = None, store_dir:
         return ModernStdioWire(target, [*command, *server_args])
     port = free_port()
     return HttpWire(target, [*command, "--transport", "http", "--port", str(port), *server_args], port)
+
+
+def start_together(target: str, *command_lines: tuple[str, ...]) -> list[Wire]:
+    """One server per command line, all started at once. If any fails to start, every one
+    that did start is stopped before the first failure is raised: none is left running."""
+    with ThreadPoolExecutor(len(command_lines)) as pool:
+        starting = [pool.submit(start, target, *server_args) for server_args in command_lines]
+    wires = [future.result() for future in starting if future.exception() is None]
+    failures = [future.exception() for future in starting if future.exception() is not None]
+    if failures:
+        for wire in wires:
+            wire.close()
+        raise failures[0]
+    return wires
 
 
 def error_type(response: dict) -> str | None:

@@ -10,9 +10,16 @@ tests start, never see it. It does nothing unless one of its variables is set:
                                   that reaches it (the process dies there, so there is
                                   no second one); it writes `faults: SIGKILL at PHASE`
                                   to stderr first, so a test can tell its kill from a crash
+    SEP3182_STOP_AT=PHASE         SIGSTOP the process at PHASE of its first keyed call
+                                  that reaches it: frozen, as a paused VM, until the test
+                                  sends SIGCONT; it writes `faults: SIGSTOP at PHASE` first
     SEP3182_PAUSE_AT=PHASE        instead hold every keyed call at PHASE for
     SEP3182_PAUSE_SECONDS=S       S seconds (default 3), writing `faults: paused at PHASE`:
                                   a slow call, caught in the middle of its unit of work
+    SEP3182_FILE_SIZE_LIMIT=BYTES no file this process writes may grow past BYTES (RLIMIT_FSIZE,
+                                  SIGXFSZ ignored): a write past it fails as on a full
+                                  disk (EFBIG, which SQLite reports as "database or disk is
+                                  full"); it writes `faults: files capped at BYTES bytes`
     SEP3182_CLOCK_OFFSET=SECONDS  shift this process's wall clock (time.time, time.time_ns)
                                   by SECONDS, as a machine whose clock is wrong; it writes
                                   `faults: wall clock shifted by SECONDS s` to stderr
@@ -21,11 +28,11 @@ The phases of a keyed tools/call, and what is wrapped to reach each one (to kill
 there, or to hold the call there):
 
     before-claim-commit  the claim's INSERT is done, its COMMIT is not.
-                         SQLite: `store.connect_sqlite` returns a proxy connection; the
-                         cursor of `store.SQLITE_CLAIM` notes a returned owner, and the
+                         SQLite: `store.sqlite.connect` returns a proxy connection; the
+                         cursor of `store.sqlite.CLAIM` notes a returned owner, and the
                          next `execute("COMMIT")` kills instead of committing.
                          PostgreSQL runs a claim as one statement in a transaction of its
-                         own (`store.POSTGRES_CLAIM`), so no client can die between its
+                         own (`store.postgres.CLAIM`), so no client can die between its
                          INSERT and its COMMIT: `asyncpg.Connection.fetchrow` kills just
                          before that statement is sent, the nearest a client comes (the
                          pool's connection proxies look the method up on the class).
@@ -38,10 +45,11 @@ there, or to hold the call there):
                          not sent: `commit_with_record` kills once it returned True.
 
 The server code holds no fault code: everything here wraps the store's own functions
-from outside. The server imports its store as a top-level module (`from store import
-...`, found in sdk2/ because sdk2/server.py is the script), and imports asyncpg only when
-it opens a PostgreSQL store, so neither exists yet when this module runs. A finder put
-first on `sys.meta_path` waits for those two imports: it lets the normal finders locate
+from outside. The server imports its store as a top-level package (`from store import
+...`, found in sdk2/ because sdk2/server.py is the script), which imports its backend
+module (`store.sqlite`, `store.postgres`) only when it opens one, so none exists yet
+when this module runs. A finder put first on `sys.meta_path` waits for those imports
+(and asyncpg's): it lets the normal finders locate
 the module, wraps the loader they return, and applies the patches as soon as the module's
 own code has run, before any importer gets it back. Nothing else is touched: the SDK,
 the server module and the store's SQL are the ones the other tests run.
@@ -59,9 +67,11 @@ import sys
 import time
 
 KILL_AT = os.environ.get("SEP3182_KILL_AT")
+STOP_AT = os.environ.get("SEP3182_STOP_AT")
 PAUSE_AT = os.environ.get("SEP3182_PAUSE_AT")
 PAUSE_SECONDS = float(os.environ.get("SEP3182_PAUSE_SECONDS", "3"))
 CLOCK_OFFSET = os.environ.get("SEP3182_CLOCK_OFFSET")
+FILE_SIZE_LIMIT = os.environ.get("SEP3182_FILE_SIZE_LIMIT")
 PHASES = ("before-claim-commit", "after-claim", "after-charge", "after-commit")
 
 
@@ -76,10 +86,22 @@ def kill(phase: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def stop(phase: str) -> None:
+    """Freeze here, every thread of the process, as a paused VM does: locks held, connections open."""
+    global STOP_AT
+    STOP_AT = None  # once: after SIGCONT the process carries on as a healthy one
+    say(f"SIGSTOP at {phase}")
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def reached_in_thread(phase: str) -> None:
     """A keyed call reached `phase` in a worker thread (SQLite's statements run there)."""
     if KILL_AT == phase:
         kill(phase)
+    if STOP_AT == phase:
+        return stop(phase)
+    if PAUSE_AT != phase:
+        return
     say(f"paused at {phase}")
     time.sleep(PAUSE_SECONDS)
 
@@ -88,6 +110,10 @@ async def reached(phase: str) -> None:
     """A keyed call reached `phase` on the event loop: die, or hold it there."""
     if KILL_AT == phase:
         kill(phase)
+    if STOP_AT == phase:
+        return stop(phase)
+    if PAUSE_AT != phase:
+        return
     import anyio  # the server's own dependency, loaded by now
 
     say(f"paused at {phase}")
@@ -134,13 +160,13 @@ class ClaimWatchingConnection:
         return getattr(self._db, name)
 
 
-def before_sqlite_claim_commits(store) -> None:
-    connect = store.connect_sqlite
+def before_sqlite_claim_commits(sqlite) -> None:
+    connect = sqlite.connect
 
-    def connect_sqlite(path, *args, **options):
-        return ClaimWatchingConnection(connect(path, *args, **options), store.SQLITE_CLAIM)
+    def connect_watching(path, *args, **options):
+        return ClaimWatchingConnection(connect(path, *args, **options), sqlite.CLAIM)
 
-    store.connect_sqlite = connect_sqlite  # SQLiteStore looks the name up in its module at each call
+    sqlite.connect = connect_watching  # SQLiteStore looks the name up in its module at each call
 
 
 def reach_after(classes, name: str, phase: str, when=lambda result: True) -> None:
@@ -157,37 +183,41 @@ def reach_after(classes, name: str, phase: str, when=lambda result: True) -> Non
         setattr(cls, name, wrapped)
 
 
-def after_claim_wins(store) -> None:
-    reach_after((store.SQLiteStore, store.PostgresStore), "claim", "after-claim",
-                lambda claim: isinstance(claim, store.Won))
+def after_claim_wins(backend) -> None:
+    reach_after([backend.SQLiteStore if hasattr(backend, "SQLiteStore") else backend.PostgresStore],
+                "claim", "after-claim", lambda claim: type(claim).__name__ == "Won")
 
 
-def after_charge(store) -> None:
-    reach_after((store.SQLiteTransaction, store.PostgresTransaction), "charge", "after-charge")
+def transaction_of(backend):
+    return backend.SQLiteTransaction if hasattr(backend, "SQLiteTransaction") else backend.PostgresTransaction
 
 
-def after_completing_commit(store) -> None:
-    reach_after((store.SQLiteTransaction, store.PostgresTransaction), "commit_with_record", "after-commit",
-                lambda committed: committed)
+def after_charge(backend) -> None:
+    reach_after([transaction_of(backend)], "charge", "after-charge")
+
+
+def after_completing_commit(backend) -> None:
+    reach_after([transaction_of(backend)], "commit_with_record", "after-commit", lambda committed: committed)
 
 
 def before_postgres_claim_commits(asyncpg) -> None:
     fetchrow = asyncpg.Connection.fetchrow
 
     async def wrapped(self, query, *args, **options):
-        store = sys.modules.get("store")
-        if store is not None and query == store.POSTGRES_CLAIM:
+        postgres = sys.modules.get("store.postgres")
+        if postgres is not None and query == postgres.CLAIM:
             await reached("before-claim-commit")
         return await fetchrow(self, query, *args, **options)
 
     asyncpg.Connection.fetchrow = wrapped
 
 
-STORE_PATCHES = {
-    "before-claim-commit": before_sqlite_claim_commits,
-    "after-claim": after_claim_wins,
-    "after-charge": after_charge,
-    "after-commit": after_completing_commit,
+# What to wrap in each backend module of the server's store package, for each phase.
+BACKEND_PATCHES = {
+    "before-claim-commit": {"store.sqlite": before_sqlite_claim_commits},
+    "after-claim": {"store.sqlite": after_claim_wins, "store.postgres": after_claim_wins},
+    "after-charge": {"store.sqlite": after_charge, "store.postgres": after_charge},
+    "after-commit": {"store.sqlite": after_completing_commit, "store.postgres": after_completing_commit},
 }
 
 
@@ -234,22 +264,13 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
         return None
 
 
-def patch_store(module) -> None:
-    if hasattr(module, "SQLiteStore"):  # the server's store.py, not some other `store`
-        STORE_PATCHES[PHASE](module)
-
-
-def patch_asyncpg(module) -> None:
-    before_postgres_claim_commits(module)
-
-
-PHASE = KILL_AT or PAUSE_AT
+PHASE = KILL_AT or STOP_AT or PAUSE_AT
 if PHASE is not None:
-    if PHASE not in PHASES or (KILL_AT and PAUSE_AT):
-        sys.exit(f"faults: set SEP3182_KILL_AT or SEP3182_PAUSE_AT to one of {', '.join(PHASES)}")
-    patches = {"store": patch_store}
+    if PHASE not in PHASES or sum(map(bool, (KILL_AT, STOP_AT, PAUSE_AT))) > 1:
+        sys.exit(f"faults: set one of SEP3182_KILL_AT, SEP3182_STOP_AT, SEP3182_PAUSE_AT to one of {', '.join(PHASES)}")
+    patches = dict(BACKEND_PATCHES[PHASE])
     if PHASE == "before-claim-commit":
-        patches["asyncpg"] = patch_asyncpg
+        patches["asyncpg"] = before_postgres_claim_commits
     sys.meta_path.insert(0, PatchOnImport(patches))
 
 if CLOCK_OFFSET is not None:
@@ -258,3 +279,10 @@ if CLOCK_OFFSET is not None:
     time.time = lambda: real_time() + offset
     time.time_ns = lambda: real_time_ns() + int(offset * 1_000_000_000)
     say(f"wall clock shifted by {offset:+g} s")
+
+if FILE_SIZE_LIMIT is not None:
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails, rather than killing the process
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(FILE_SIZE_LIMIT), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    say(f"files capped at {FILE_SIZE_LIMIT} bytes")

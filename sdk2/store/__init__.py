@@ -1,0 +1,263 @@
+"""Where the idempotency records and the demo's ledger live, shared by every instance (P15).
+
+One interface, three stores, one module each, chosen by URL:
+
+    memory                 memory.py: this process's dicts; a retry that lands on another
+                           instance, or after a restart, finds nothing (SEP L2's failure,
+                           offered to show it)
+    sqlite:PATH            sqlite.py: one file, several processes on one machine (the default)
+    postgresql://...       postgres.py: one server, several machines; its clock is the only
+                           clock (P19); its tables and claim function are postgres_v2.sql
+
+Every store answers what the dispatch layer asks:
+
+    claim(key, fingerprint)   P4, P16, P18: the record that holds the key (read first, with
+                              no lock, so most retries cost a read), or else the key taken in
+                              one atomic step, or a takeover of a claim whose lease passed
+    release(key, owner)       P6': the key given back, so the retry runs the tool again
+    transaction()             P17: a unit of work; the tool's ledger write joins the one the
+                              dispatch layer opened (as a savepoint), and
+                              tx.commit_with_record() commits the charge and the completed
+                              record together, or neither (fencing)
+
+A store that fails (busy, locked, full, an I/O error, a lost connection) raises
+StoreUnavailable, and a unit of work that met one says so in `failure`: the dispatch
+layer then records nothing, gives the key back and tells the client to retry (P23).
+
+Every record is running (its deadline is the lease's end, P18) or completed (its
+deadline is the retention window's end, P8). A record past its deadline reads as
+absent, or as free to take over; the bound (P9) is kept by a count, and expired
+records are purged only when the count reaches it.
+"""
+
+import contextvars
+import itertools
+import uuid
+from abc import ABC, abstractmethod
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import anyio
+
+# ----------------------------------------------------------------------------
+# What a claim returns, and what a store keeps to
+# ----------------------------------------------------------------------------
+
+
+class Won(NamedTuple):
+    """This call holds the key: it may run the tool. `owner` is its fencing token (P18)."""
+
+    owner: str
+
+
+class Held(NamedTuple):
+    """A record holds the key (P4): its fingerprint, and its outcome once completed."""
+
+    fingerprint: bytes
+    outcome: str | None  # None: still running, within its lease
+
+
+class Full(NamedTuple):
+    """P9: the store holds as many live records as it may; a new key is refused."""
+
+
+class StoreUnavailable(Exception):
+    """P23: the store failed (busy, locked, full, an I/O error, a lost connection): nothing was recorded."""
+
+
+# The longest any statement waits for a lock, or a writer for the file. A unit of
+# work that waited most of its lease would find its key taken over anyway (P18);
+# failing sooner gives the key back while the client still retries.
+LONGEST_WAIT = 10.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The windows and the bound every store enforces (P8, P9, P18)."""
+
+    retention: float  # seconds a completed record is replayed
+    lease: float  # seconds a claim is held before a retry with the same fingerprint may take over
+    max_records: int  # live records at most, running or completed
+
+    @property
+    def wait(self) -> float:
+        """How long a statement may wait for a lock, or a writer for the file, before the store gives up (P23)."""
+        return min(LONGEST_WAIT, self.lease / 3)
+
+
+# A fencing token names one claim, and is never reused by any instance: this
+# process's random name and a count. It never leaves the server, so it need not be
+# secret, and counting is cheaper than drawing 128 random bits for every claim.
+PROCESS = uuid.uuid4().hex
+claims_made = itertools.count()
+
+
+def new_owner() -> str:
+    """P18: a token no other claim has, so a claim can be given back only by its holder."""
+    return f"{PROCESS}-{next(claims_made)}"
+
+
+# ----------------------------------------------------------------------------
+# A unit of work, and a nested one (a savepoint)
+# ----------------------------------------------------------------------------
+
+# The unit of work open in this task, if any. The dispatch layer opens one around a
+# keyed tool call; the tool's own `transaction()` then joins it as a savepoint rather
+# than committing on its own, as nested atomic() blocks do in Django. So a tool holds
+# no idempotency code, its write commits, or rolls back, with the record (P17), and a
+# nested block that fails undoes exactly what it did, as it would unkeyed (P17).
+_open_transaction: contextvars.ContextVar["Transaction | None"] = contextvars.ContextVar("open", default=None)
+
+
+class Transaction(ABC):
+    """The statements of one unit of work; each store says how they run.
+
+    Nothing is sent until the first statement: a tool that waits before it writes
+    (a slow payment processor) holds no lock meanwhile. Savepoints asked for before
+    then are sent with that statement, in the same trip (P17 at no extra round trip).
+    """
+
+    def __init__(self):
+        self.failure: Exception | None = None  # P23: the store failure this unit of work met, if any
+        self.savepoints: list[str] = []  # open savepoints, innermost last
+        self.unsent = 0  # how many of the innermost savepoints are not yet sent
+        self.count = itertools.count(1)
+
+    def savepoint(self) -> str:
+        """P17: open a nested unit of work; it is sent with the next statement."""
+        name = f"nested_{next(self.count)}"
+        self.savepoints.append(name)
+        self.unsent += 1
+        return name
+
+    def pending(self) -> list[str]:
+        """The SAVEPOINT statements to send before the next one, now counted as sent."""
+        statements = [f"SAVEPOINT {name}" for name in self.savepoints[len(self.savepoints) - self.unsent:]]
+        self.unsent = 0
+        return statements
+
+    async def end_savepoint(self, name: str, failed: bool) -> None:
+        """P17: close a nested unit of work: kept, or rolled back to where it began."""
+        self.savepoints.remove(name)
+        if self.unsent:  # never sent: nothing ran inside it, nothing to undo
+            self.unsent -= 1
+        elif failed and self.failure is None:
+            await self.rollback_to(name)
+        # A kept savepoint is not released: COMMIT releases it, with no trip of its own.
+
+    @abstractmethod
+    async def rollback_to(self, name: str) -> None:
+        """Undo what ran since savepoint `name`; the unit of work goes on."""
+
+    @abstractmethod
+    async def charge(self, amount: int) -> int:
+        """Add one charge to the ledger; return the new balance."""
+
+    @abstractmethod
+    async def ledger(self) -> dict[str, int]:
+        """The ledger: {"balance": ..., "charges": ...}."""
+
+    @abstractmethod
+    async def reset_ledger(self) -> None:
+        """Zero the ledger; the idempotency records are left alone."""
+
+    @abstractmethod
+    async def commit_with_record(self, key: str, fingerprint: bytes, outcome: str) -> bool:
+        """P17, P18: record the outcome (opening its window, P8) and commit it with every
+        statement of this unit of work, if the key is still running for this request: the
+        first completion wins. Else roll all back and return False."""
+
+    @abstractmethod
+    async def commit(self) -> None:
+        """Make every statement of this unit of work durable, together."""
+
+    @abstractmethod
+    async def rollback(self) -> None:
+        """Undo every statement of this unit of work."""
+
+
+class Store(ABC):
+    """A place for records and ledger that every instance of the server shares (or not: memory)."""
+
+    url: str
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+
+    @abstractmethod
+    async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
+        """P4, P8, P9, P16, P18: the record that holds `key` (an expired one counts as absent,
+        a running one whose lease passed is taken over by the same request), or the key taken."""
+
+    @abstractmethod
+    async def release(self, key: str, owner: str) -> None:
+        """P6': give the key back (drop its running record) if `owner` still holds it, so a retry runs anew."""
+
+    @abstractmethod
+    def begin(self) -> Transaction:
+        """A new unit of work, not yet started."""
+
+    async def close(self) -> None:
+        """Give back connections and files."""
+
+    def transaction(self) -> "UnitOfWork":
+        """P17: a unit of work that commits on success and rolls back on any error; nested, a savepoint."""
+        return UnitOfWork(self)
+
+
+class UnitOfWork:
+    """`async with store.transaction() as tx:` a savepoint in the transaction open in this task
+    if there is one, else a new transaction; committed (or kept) on success, rolled back on any error."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    async def __aenter__(self) -> Transaction:
+        self.outer = _open_transaction.get()
+        if self.outer is not None:
+            self.savepoint = self.outer.savepoint()
+            return self.outer
+        self.tx = self.store.begin()
+        self.token = _open_transaction.set(self.tx)
+        return self.tx
+
+    async def __aexit__(self, error_type, error, traceback) -> None:
+        with anyio.CancelScope(shield=True):  # a cancelled caller must still release the store
+            if self.outer is not None:
+                await self.outer.end_savepoint(self.savepoint, failed=error_type is not None)
+                return
+            _open_transaction.reset(self.token)
+            if error_type is None:
+                await self.tx.commit()
+            else:
+                await self.tx.rollback()
+
+
+# ----------------------------------------------------------------------------
+# Choosing a store
+# ----------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def open_store(url: str, limits: Limits):
+    """The store a URL names: memory, sqlite:PATH or postgresql://...; closed on exit."""
+    if url == "memory":
+        from .memory import MemoryStore
+
+        store = MemoryStore(limits)
+    elif url.startswith("sqlite:"):
+        from .sqlite import SQLiteStore
+
+        store = SQLiteStore(url.removeprefix("sqlite:"), limits)
+    elif url.startswith(("postgresql:", "postgres:")):
+        from .postgres import PostgresStore
+
+        store = await PostgresStore.open(url, limits)
+    else:
+        raise ValueError(f"unknown store {url!r}: use memory, sqlite:PATH or postgresql://...")
+    try:
+        yield store
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.close()

@@ -1,0 +1,221 @@
+"""postgresql: one server, several machines; its clock is the only clock (P19).
+
+The tables and the claim function are sdk2/store/postgres_v2.sql, created once on an
+empty database; a database holding another version is refused in one line.
+
+Every wait is bounded (P23): a lock for `limits.wait` (then a claim answers in
+progress, a unit of work gives up), a statement for a lease, a session idle inside
+a transaction for a lease and a wait (a frozen instance's locks are freed), a
+command the client sent for a lease, a pooled connection for `limits.wait`. The
+isolation level is pinned to READ COMMITTED, whatever the server's default: the
+claim relies on each statement seeing what committed before it.
+
+Behind a pooler in transaction mode (pgbouncer): every lock is transaction-scoped.
+asyncpg prepares its statements by name, once per connection; with its cache off
+(statement_cache_size=0) each statement would take two round trips instead of one,
+so the cache stays on: a pooler must keep prepared statements per server connection
+(pgbouncer 1.21 or later, max_prepared_statements > 0) and pass the session settings
+below (or they are set on the role). Not tested behind one here.
+"""
+
+from importlib.resources import files
+
+import asyncpg
+
+from . import Full, Held, Limits, Store, StoreUnavailable, Transaction, Won, new_owner
+
+SCHEMA_VERSION = 2
+SCHEMA = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}.sql").read_text()
+
+# Which version the database holds: 0 for none at all, 1 for the layout before the
+# version was recorded. Instances starting together take turns (a lock that ends
+# with the transaction, so no pooled connection keeps it).
+TABLES_FOUND = "SELECT to_regclass('idempotency_schema') IS NOT NULL, to_regclass('idempotency_records') IS NOT NULL"
+
+CLAIM = "SELECT status, fingerprint, outcome FROM idempotency_claim($1, $2, $3, $4, $5)"
+
+# What a claim that waited too long on the key's row answers (P23): that row is
+# locked by an instance completing or taking over the key, so it is in progress.
+HOLDER = "SELECT fingerprint, outcome FROM idempotency_records WHERE key = $1"
+
+# P6': only the claim's holder gives it back; P9: the count follows.
+RELEASE = """
+WITH released AS (DELETE FROM idempotency_records WHERE key = $1 AND status = 'running' AND owner = $2 RETURNING 1)
+UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM released)
+"""
+
+# P17, P18: the first completion of a running key for this request wins; any other is fenced off.
+COMPLETE = """
+UPDATE idempotency_records
+SET status = 'completed', outcome = $3, deadline = clock_timestamp() + make_interval(secs => $4), owner = NULL
+WHERE key = $1 AND status = 'running' AND fingerprint = $2
+"""
+
+# The tool's own statements' errors (a constraint it broke, a value it got wrong)
+# are the tool's outcome; every other error is the store failing (P23).
+TOOLS_OWN_ERRORS = (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError)
+STORE_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+
+def failed(error: Exception) -> StoreUnavailable:
+    """P23: a store failure, named for the log."""
+    return StoreUnavailable(f"PostgreSQL: {type(error).__name__}: {error}")
+
+
+def milliseconds(seconds: float) -> str:
+    return str(int(seconds * 1000))
+
+
+def session_settings(limits: Limits) -> dict[str, str]:
+    """P23: every wait bounded; the isolation level pinned."""
+    return {
+        "default_transaction_isolation": "read committed",
+        "lock_timeout": milliseconds(limits.wait),
+        "statement_timeout": milliseconds(limits.lease),
+        # Longer than a lease: a tool may wait inside its unit of work that long;
+        # an instance frozen inside one (a paused VM) loses it, and its locks, after.
+        "idle_in_transaction_session_timeout": milliseconds(limits.lease + limits.wait),
+    }
+
+
+async def create_schema(db, url: str) -> None:
+    """Create the tables once, however many instances start together; refuse another version in one line."""
+    async with db.transaction():
+        await db.execute("SELECT pg_advisory_xact_lock(3182)")
+        versioned, records = await db.fetchrow(TABLES_FOUND)
+        version = await db.fetchval("SELECT max(version) FROM idempotency_schema") if versioned else int(records)
+        if version == 0:
+            await db.execute(SCHEMA)
+        elif version != SCHEMA_VERSION:
+            raise RuntimeError(f"the database holds idempotency records of schema version {version}, and this "
+                               f"server reads version {SCHEMA_VERSION}: use an empty database")
+
+
+class PostgresStore(Store):
+    """One PostgreSQL database, through asyncpg's connection pool."""
+
+    def __init__(self, url: str, limits: Limits, pool):
+        super().__init__(limits)
+        self.url, self.pool = url, pool
+
+    @classmethod
+    async def open(cls, url: str, limits: Limits) -> "PostgresStore":
+        # Each connection is used for one transaction at a time and keeps no session
+        # state, so the pool need not reset it on release: that is a round trip a use.
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=no_reset,
+                                         command_timeout=limits.lease, server_settings=session_settings(limits))
+        try:
+            async with pool.acquire() as db:
+                await create_schema(db, url)
+        except BaseException:
+            await pool.close()
+            raise
+        return cls(url, limits, pool)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    def connection(self):
+        """A pooled connection, waited for `limits.wait` at most (P23)."""
+        return self.pool.acquire(timeout=self.limits.wait)
+
+    async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
+        owner = new_owner()
+        try:
+            async with self.connection() as db:
+                try:
+                    row = await db.fetchrow(CLAIM, key, fingerprint, owner, self.limits.lease, self.limits.max_records)
+                except asyncpg.LockNotAvailableError as waited:  # P23: one completing the key holds its row
+                    row = await db.fetchrow(HOLDER, key)
+                    if row is None:  # it was given back meanwhile: the client may retry at once
+                        raise failed(waited) from waited
+                    return Held(bytes(row["fingerprint"]), row["outcome"])
+        except STORE_FAILURES as error:
+            raise failed(error) from error
+        if row["status"] == "won":
+            return Won(owner)
+        if row["status"] == "full":
+            return Full()
+        return Held(bytes(row["fingerprint"]), row["outcome"])
+
+    async def release(self, key: str, owner: str) -> None:
+        try:
+            async with self.connection() as db:
+                await db.execute(RELEASE, key, owner)
+        except STORE_FAILURES as error:
+            raise failed(error) from error
+
+    def begin(self) -> Transaction:
+        return PostgresTransaction(self)
+
+
+async def no_reset(_connection) -> None:
+    """What a pooled connection needs on release: nothing (see PostgresStore.open)."""
+
+
+class PostgresTransaction(Transaction):
+    """A pooled connection and BEGIN at the first statement, as for SQLite; every statement inside it, or none."""
+
+    def __init__(self, store: PostgresStore):
+        super().__init__()
+        self.store = store
+        self.db = None
+
+    async def _run(self, statement):
+        """`await statement(db)` inside this unit of work, after BEGIN and any savepoint not yet sent (P23)."""
+        if self.failure is not None:
+            raise failed(self.failure) from self.failure
+        try:
+            if self.db is None:
+                self.db = await self.store.pool.acquire(timeout=self.store.limits.wait)
+                # One trip: BEGIN, at the level pinned here, and the savepoints asked for so far.
+                await self.db.execute("; ".join(["BEGIN ISOLATION LEVEL READ COMMITTED", *self.pending()]))
+            elif self.unsent:
+                await self.db.execute("; ".join(self.pending()))
+            return await statement(self.db)
+        except TOOLS_OWN_ERRORS:
+            raise
+        except STORE_FAILURES as error:
+            self.failure = error
+            raise failed(error) from error
+
+    async def rollback_to(self, name: str) -> None:
+        await self._run(lambda db: db.execute(f"ROLLBACK TO SAVEPOINT {name}"))
+
+    async def charge(self, amount: int) -> int:
+        return await self._run(lambda db: db.fetchval(
+            "UPDATE ledger SET balance = balance + $1, charges = charges + 1 RETURNING balance", amount))
+
+    async def ledger(self) -> dict[str, int]:
+        return dict(await self._run(lambda db: db.fetchrow("SELECT balance, charges FROM ledger")))
+
+    async def reset_ledger(self) -> None:
+        await self._run(lambda db: db.execute("UPDATE ledger SET balance = 0, charges = 0"))
+
+    async def commit_with_record(self, key: str, fingerprint: bytes, outcome: str) -> bool:
+        completed = await self._run(lambda db: db.execute(
+            COMPLETE, key, fingerprint, outcome, self.store.limits.retention)) == "UPDATE 1"
+        await self._end("COMMIT" if completed else "ROLLBACK")
+        return completed
+
+    async def _end(self, statement: str) -> None:
+        """COMMIT or ROLLBACK, if this unit of work began; the connection goes back to the pool."""
+        if self.db is None:
+            return
+        db, self.db = self.db, None
+        try:
+            await db.execute(statement)
+        except STORE_FAILURES as error:
+            self.failure = self.failure or error
+            raise failed(error) from error
+        finally:
+            await self.store.pool.release(db)
+
+    async def commit(self) -> None:
+        if self.failure is not None:  # P23: a unit of work that failed part way commits nothing
+            await self._end("ROLLBACK")
+            raise failed(self.failure) from self.failure
+        await self._end("COMMIT")
+
+    async def rollback(self) -> None:
+        await self._end("ROLLBACK")

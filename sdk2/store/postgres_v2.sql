@@ -1,0 +1,96 @@
+-- The PostgreSQL store, schema version 2 (sdk2/store/postgres.py runs this file once,
+-- in one transaction, on an empty database, and refuses any other version in one line).
+-- Version 1 was the layout with NULL patterns across columns and a claim function
+-- that locked the count row before the key's row.
+
+CREATE TABLE idempotency_schema (
+    version  integer NOT NULL
+);
+INSERT INTO idempotency_schema VALUES (2);
+
+CREATE TABLE idempotency_records (
+    key          text PRIMARY KEY,
+    fingerprint  bytea NOT NULL,
+    status       text NOT NULL CHECK (status IN ('running', 'completed')),
+    deadline     timestamptz NOT NULL,  -- running: when a retry may take over (P18); completed: when it expires (P8)
+    owner        text,                  -- running: the claim's token, so only it gives the key back (P6')
+    outcome      text,                  -- completed: what is replayed; text, not jsonb, so it is the recorded bytes (P6)
+    CHECK ((status = 'completed') = (outcome IS NOT NULL))
+);
+CREATE INDEX idempotency_records_expiry ON idempotency_records (deadline) WHERE status = 'completed';
+
+-- P9: how many records there are, kept in step by every claim, release and purge,
+-- so that no claim has to count the table.
+CREATE TABLE idempotency_record_count (
+    id  integer PRIMARY KEY CHECK (id = 1),
+    n   bigint NOT NULL
+);
+INSERT INTO idempotency_record_count VALUES (1, 0);
+
+CREATE TABLE ledger (
+    id       integer PRIMARY KEY CHECK (id = 1),
+    balance  bigint NOT NULL,
+    charges  bigint NOT NULL
+);
+INSERT INTO ledger VALUES (1, 0, 0);
+
+-- P4, P8, P9, P16, P18 in one statement, so in one round trip and one transaction:
+-- the record that holds the key, answered with no write; or the key claimed by one
+-- atomic insert, or taken over once its deadline has passed. P19: every time here
+-- is the database's clock, and clock_timestamp(), the time now, not now(), the
+-- time the transaction began: a claim that waited is not born older than it is.
+-- The key's row is locked before the count row, and the count row only for as
+-- long as it takes to add one: a claim that waits on a key (its holder frozen
+-- before COMMIT) holds up no other key.
+CREATE FUNCTION idempotency_claim(claim_key text, claim_fingerprint bytea, claim_owner text,
+                                  lease_seconds float8, max_records bigint)
+RETURNS TABLE (status text, fingerprint bytea, outcome text) LANGUAGE plpgsql AS $$
+DECLARE
+    holder record;
+    inserted boolean;
+    live bigint;
+    purged bigint;
+BEGIN
+    SELECT r.fingerprint, r.status, r.outcome, r.deadline <= clock_timestamp() AS passed INTO holder
+    FROM idempotency_records r WHERE r.key = claim_key;
+    IF FOUND AND NOT (holder.passed AND (holder.status = 'completed' OR holder.fingerprint = claim_fingerprint)) THEN
+        RETURN QUERY SELECT 'held', holder.fingerprint, holder.outcome;  -- no write at all
+        RETURN;
+    END IF;
+    -- The claim need not wait for the disk: its completion's commit, which waits,
+    -- flushes the log up to itself, the claim's record included; and a claim lost
+    -- in a crash was never told to anyone as an outcome (its completion is refused).
+    PERFORM set_config('synchronous_commit', 'off', true);
+    INSERT INTO idempotency_records AS r (key, fingerprint, status, deadline, owner)
+    VALUES (claim_key, claim_fingerprint, 'running', clock_timestamp() + make_interval(secs => lease_seconds), claim_owner)
+    ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, status = 'running',
+                                    deadline = excluded.deadline, owner = excluded.owner, outcome = NULL
+    WHERE r.deadline <= clock_timestamp() AND (r.status = 'completed' OR r.fingerprint = excluded.fingerprint)
+    RETURNING r.xmax = 0 INTO inserted;  -- xmax = 0: a new row, not a reused one
+    IF NOT FOUND THEN  -- another instance claimed it after our read: a new snapshot sees it
+        RETURN QUERY SELECT 'held', r.fingerprint, r.outcome FROM idempotency_records r WHERE r.key = claim_key;
+        RETURN;
+    END IF;
+    IF NOT inserted THEN
+        RETURN QUERY SELECT 'won', claim_fingerprint, NULL::text;  -- a takeover or an expired key: no new row
+        RETURN;
+    END IF;
+    UPDATE idempotency_record_count c SET n = c.n + 1 RETURNING c.n INTO live;
+    IF live > max_records THEN  -- P9: only a full store purges, oldest first, a batch at a time
+        WITH gone AS (
+            DELETE FROM idempotency_records r WHERE r.key IN (
+                SELECT e.key FROM idempotency_records e WHERE e.status = 'completed' AND e.deadline <= clock_timestamp()
+                ORDER BY e.deadline LIMIT 1000 FOR UPDATE SKIP LOCKED)
+            RETURNING 1)
+        SELECT count(*) INTO purged FROM gone;
+        UPDATE idempotency_record_count c SET n = c.n - purged RETURNING c.n INTO live;
+        IF live > max_records THEN  -- nothing left to purge: this key is refused, the purge kept
+            DELETE FROM idempotency_records r WHERE r.key = claim_key;
+            UPDATE idempotency_record_count c SET n = c.n - 1;
+            RETURN QUERY SELECT 'full', NULL::bytea, NULL::text;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT 'won', claim_fingerprint, NULL::text;
+END
+$$;

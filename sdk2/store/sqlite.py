@@ -1,0 +1,320 @@
+"""sqlite: one file, shared by several processes on one machine; their clock is the machine's (P19)."""
+
+import fcntl
+import sqlite3
+import time
+
+import anyio
+import anyio.to_thread
+
+from . import Full, Held, Limits, Store, StoreUnavailable, Transaction, Won, new_owner
+
+SCHEMA_VERSION = 2  # PRAGMA user_version; 1 was the layout with NULL patterns across columns
+
+SCHEMA = f"""
+CREATE TABLE idempotency_records (
+    key          TEXT PRIMARY KEY,
+    fingerprint  BLOB NOT NULL,
+    status       TEXT NOT NULL CHECK (status IN ('running', 'completed')),
+    deadline     REAL NOT NULL,  -- running: when a retry may take over (P18); completed: when it expires (P8)
+    owner        TEXT,           -- running: the claim's token, so only it gives the key back (P6')
+    outcome      TEXT,           -- completed: what is replayed (P6)
+    CHECK ((status = 'completed') = (outcome IS NOT NULL))
+);
+CREATE INDEX idempotency_records_expiry ON idempotency_records (deadline) WHERE status = 'completed';
+-- P9: how many records there are, kept in step by every claim and purge, so that
+-- no claim has to count the table (a count is a walk of every key).
+CREATE TABLE idempotency_record_count (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    n   INTEGER NOT NULL
+);
+INSERT INTO idempotency_record_count VALUES (1, 0);
+CREATE TABLE ledger (
+    id       INTEGER PRIMARY KEY CHECK (id = 1),
+    balance  INTEGER NOT NULL,
+    charges  INTEGER NOT NULL
+);
+INSERT INTO ledger VALUES (1, 0, 0);
+PRAGMA user_version = {SCHEMA_VERSION};
+"""
+
+# P4, P8, P18: the record that holds a key, read with no lock, and whether its
+# deadline has passed (an expired record is absent; a passed lease may be taken over).
+HOLDER = "SELECT fingerprint, status, outcome, deadline <= :now FROM idempotency_records WHERE key = :key"
+
+# P16: the claim is this one statement, under the write lock: a new key is
+# inserted; an existing row is taken only where its deadline passed and it is
+# completed (expired: the key is new again) or running for the same request (a
+# takeover, P18). It returns a row exactly when this call now holds the key, and
+# says whether the row is new (P9 counts it). It trusts no earlier read.
+CLAIM = """
+INSERT INTO idempotency_records (key, fingerprint, status, deadline, owner)
+VALUES (:key, :fingerprint, 'running', :now + :lease, :owner)
+ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, status = 'running', deadline = excluded.deadline,
+                                owner = excluded.owner, outcome = NULL
+WHERE idempotency_records.deadline <= :now
+  AND (idempotency_records.status = 'completed' OR idempotency_records.fingerprint = excluded.fingerprint)
+RETURNING owner
+"""
+
+COUNT = "SELECT n FROM idempotency_record_count"
+COUNTED = "UPDATE idempotency_record_count SET n = n + ?"
+IS_NEW = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)"
+
+# P8, P9: a purge runs only when the bound is reached, oldest first, a batch at a time.
+PURGE = """
+DELETE FROM idempotency_records WHERE key IN (
+    SELECT key FROM idempotency_records WHERE status = 'completed' AND deadline <= ? ORDER BY deadline LIMIT 1000)
+"""
+
+# P6': only the claim's holder gives it back.
+RELEASE = "DELETE FROM idempotency_records WHERE key = ? AND status = 'running' AND owner = ?"
+
+# P17, P18: the first completion of a running key for this request wins; any other is fenced off.
+COMPLETE = """
+UPDATE idempotency_records SET status = 'completed', outcome = :outcome, deadline = :now + :retention, owner = NULL
+WHERE key = :key AND status = 'running' AND fingerprint = :fingerprint
+"""
+
+# The tool's own statements' errors (a constraint it broke) are the tool's outcome;
+# every other error of the driver is the store failing (P23).
+TOOLS_OWN_ERRORS = (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.DataError)
+
+
+def failed(error: sqlite3.Error) -> StoreUnavailable:
+    """P23: a store failure, named for the log."""
+    return StoreUnavailable(f"SQLite: {error}")
+
+
+def connect(path: str, wait_seconds: float, synchronous: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (we say BEGIN ourselves), waiting at most
+    `wait_seconds` for another process's write lock."""
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    # Set up waiting, even for a connection that must never wait later: another
+    # process opening or closing the file (a fleet started at once) holds it for a
+    # moment, and a set-up that refused to wait would stop this one.
+    db.execute(f"PRAGMA busy_timeout = {int(max(wait_seconds, 1) * 1000)}")
+    db.execute(f"PRAGMA synchronous = {synchronous}")
+    db.execute(f"PRAGMA busy_timeout = {int(wait_seconds * 1000)}")
+    return db
+
+
+def create_schema(path: str, wait_seconds: float) -> None:
+    """Create the file and its tables once, however many processes start at the same moment;
+    refuse, in one line, a file that holds another version's tables."""
+    # Switching a new file to WAL fails with "database is locked" when several
+    # processes try at once, even with a busy timeout: take turns on a lock file.
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        db = connect(path, max(wait_seconds, 1), "FULL")
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = db.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'idempotency_records'").fetchone()[0]
+            if version == 0 and not tables:
+                db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
+            elif version != SCHEMA_VERSION:
+                raise RuntimeError(f"{path} holds idempotency records of schema version {version or 1}, and this "
+                                   f"server reads version {SCHEMA_VERSION}: move the file aside or point --store elsewhere")
+        finally:
+            db.close()
+
+
+class SQLiteStore(Store):
+    """One SQLite file, in WAL mode, where a reader never waits for a writer.
+
+    A claim runs on the event loop when it can, refusing to wait for any lock: a
+    read, and the write only if the key is free. When another writer holds the
+    file, it waits in a worker thread instead; and so does every unit of work. A
+    lock held by another process stalls a worker thread, never the event loop; and
+    a writer waits for it `limits.wait` at most (P23)."""
+
+    def __init__(self, path: str, limits: Limits, clock=time.time):
+        super().__init__(limits)
+        self.url = f"sqlite:{path}"
+        self.clock = clock  # the machine's clock: every process on it reads the same one
+        create_schema(path, limits.wait)
+        # The claims made on the event loop need not reach the disk at once: a
+        # completion's commit syncs the whole log, the claim's frames before it
+        # included (the same argument as PostgreSQL's, P17). A claim a crash loses
+        # was never told to anyone as an outcome; its completion is then refused.
+        self.on_loop = connect(path, wait_seconds=0, synchronous="NORMAL")
+        # A checkpoint writes the WAL back with an fsync: let it happen on a commit
+        # in a worker thread, never on one made on the event loop.
+        self.on_loop.execute("PRAGMA wal_autocheckpoint = 0")
+        # P17: a completion the client was told about survives power loss:
+        # synchronous=FULL syncs the log at every commit of the writer. (NORMAL, in
+        # WAL, may lose the last commits to an OS crash: a client told "Charged"
+        # could be charged again.)
+        # One waiting writer per process, one unit of work at a time on it: SQLite
+        # lets one writer in at a time anyway, so queueing here costs nothing, and a
+        # writer that waits here holds no worker thread.
+        self.writer = connect(path, limits.wait, synchronous="FULL")
+        self.turn = anyio.Lock()
+
+    async def close(self) -> None:
+        self.on_loop.close()
+        self.writer.close()
+
+    async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
+        try:
+            return self.claim_on(self.on_loop, key, fingerprint)
+        except sqlite3.OperationalError:  # "database is locked": another writer has the file; wait aside
+            try:
+                async with self.turn:
+                    return await anyio.to_thread.run_sync(self.claim_on, self.writer, key, fingerprint)
+            except sqlite3.Error as error:
+                raise failed(error) from error
+
+    def claim_on(self, db: sqlite3.Connection, key: str, fingerprint: bytes) -> Won | Held | Full:
+        """P4, P8, P9, P16, P18: a read; then, if the key may be taken, one write transaction."""
+        now = self.clock()
+        holder = db.execute(HOLDER, {"key": key, "now": now}).fetchone()
+        if holder is not None and not may_take(holder, fingerprint):
+            return Held(holder[0], holder[2])  # no write at all: a replay, a conflict, in progress
+        return self.take(db, key, fingerprint, now)
+
+    def take(self, db: sqlite3.Connection, key: str, fingerprint: bytes, now: float) -> Won | Held | Full:
+        """P9, P16, P18: under the write lock, the key claimed, or the record that holds it now."""
+        db.execute("BEGIN IMMEDIATE")  # no other writer from here to COMMIT: what is read now stays true
+        try:
+            new = db.execute(IS_NEW, (key,)).fetchone()[0]
+            if new and db.execute(COUNT).fetchone()[0] >= self.limits.max_records:
+                db.execute(COUNTED, (-db.execute(PURGE, (now,)).rowcount,))  # P9: only a full store purges
+                if db.execute(COUNT).fetchone()[0] >= self.limits.max_records:
+                    db.execute("COMMIT")  # keep the purge
+                    return Full()
+            owner = new_owner()
+            won = db.execute(CLAIM, {"key": key, "fingerprint": fingerprint, "owner": owner,
+                                     "now": now, "lease": self.limits.lease}).fetchone()
+            if won is None:  # another process claimed or completed it between the read and BEGIN
+                holder = db.execute(HOLDER, {"key": key, "now": now}).fetchone()
+                db.execute("COMMIT")
+                return Held(holder[0], holder[2])
+            db.execute(COUNTED, (new,))
+            db.execute("COMMIT")
+            return Won(owner)
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    async def release(self, key: str, owner: str) -> None:
+        def give_back(db) -> None:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute(COUNTED, (-db.execute(RELEASE, (key, owner)).rowcount,))
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
+        try:
+            async with self.turn:
+                await anyio.to_thread.run_sync(give_back, self.writer)
+        except sqlite3.Error as error:
+            raise failed(error) from error
+
+    def begin(self) -> Transaction:
+        return SQLiteTransaction(self)
+
+
+def may_take(holder: tuple, fingerprint: bytes) -> bool:
+    """P8, P18: an expired record, or a running one past its lease for the same request, may be taken."""
+    stored, status, _, passed = holder
+    return bool(passed) and (status == "completed" or stored == fingerprint)
+
+
+class SQLiteTransaction(Transaction):
+    """BEGIN IMMEDIATE at the first statement, not before; every statement inside it, or none (P23)."""
+
+    def __init__(self, store: SQLiteStore):
+        super().__init__()
+        self.store = store
+        self.open = False  # BEGIN succeeded: this process's turn is held until COMMIT or ROLLBACK
+
+    async def _run(self, statement):
+        """Run `statement(db)` in a worker thread, inside this unit of work's transaction.
+
+        A statement never runs outside it: if BEGIN could not take the file (another
+        process held it past the wait), or SQLite ended the transaction on an error
+        (disk full, I/O), the unit of work has failed, and says so (P23)."""
+        if self.failure is not None:
+            raise failed(self.failure) from self.failure
+        if not self.open:
+            await self.store.turn.acquire()
+        savepoints = self.pending()
+
+        def inside(db):
+            if not self.open:
+                db.execute("BEGIN IMMEDIATE")
+                self.open = True
+            if not db.in_transaction:
+                raise sqlite3.OperationalError("the transaction was rolled back by SQLite")
+            for savepoint in savepoints:
+                db.execute(savepoint)
+            return statement(db)
+
+        try:
+            return await anyio.to_thread.run_sync(inside, self.store.writer)
+        except TOOLS_OWN_ERRORS:
+            raise
+        except sqlite3.Error as error:
+            self.failure = error
+            raise failed(error) from error
+        finally:
+            if not self.open:  # BEGIN failed: let the next unit of work of this process in
+                self.store.turn.release()
+
+    async def rollback_to(self, name: str) -> None:
+        await self._run(lambda db: db.execute(f"ROLLBACK TO {name}"))
+
+    async def charge(self, amount: int) -> int:
+        return await self._run(lambda db: db.execute(
+            "UPDATE ledger SET balance = balance + ?, charges = charges + 1 RETURNING balance",
+            (amount,)).fetchone()[0])
+
+    async def ledger(self) -> dict[str, int]:
+        balance, charges = await self._run(lambda db: db.execute("SELECT balance, charges FROM ledger").fetchone())
+        return {"balance": balance, "charges": charges}
+
+    async def reset_ledger(self) -> None:
+        await self._run(lambda db: db.execute("UPDATE ledger SET balance = 0, charges = 0"))
+
+    async def commit_with_record(self, key: str, fingerprint: bytes, outcome: str) -> bool:
+        parameters = {"key": key, "fingerprint": fingerprint, "outcome": outcome,
+                      "now": self.store.clock(), "retention": self.store.limits.retention}
+
+        def complete(db) -> bool:  # one trip to the worker thread: the update, then COMMIT or ROLLBACK
+            completed = db.execute(COMPLETE, parameters).rowcount == 1
+            db.execute("COMMIT" if completed else "ROLLBACK")
+            return completed
+
+        try:
+            return await self._run(complete)
+        finally:
+            await self._end("ROLLBACK")  # only if the COMMIT failed
+
+    async def _end(self, statement: str) -> None:
+        """COMMIT or ROLLBACK, if this unit of work began; then let the next one of this process in."""
+        if not self.open:
+            return
+        try:
+            if self.store.writer.in_transaction:
+                await anyio.to_thread.run_sync(self.store.writer.execute, statement)
+        except sqlite3.Error as error:
+            self.failure = self.failure or error
+            raise failed(error) from error
+        finally:
+            self.open = False
+            self.store.turn.release()
+
+    async def commit(self) -> None:
+        if self.failure is not None:  # P23: a unit of work that failed part way commits nothing
+            await self._end("ROLLBACK")
+            raise failed(self.failure) from self.failure
+        await self._end("COMMIT")
+
+    async def rollback(self) -> None:
+        await self._end("ROLLBACK")
