@@ -21,6 +21,7 @@ credentials for Alice and Bob; the forged ones are made the way an attacker make
 """
 
 import contextlib
+import http.client
 import json
 import sqlite3
 import subprocess
@@ -30,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import postgres_database
-from oauth import (CHARGE, READ, Issuer, as_caller, bearer, challenge, hs256_with_public_key, metadata_of,
+from oauth import (CHARGE, READ, RESOURCE, Issuer, as_caller, bearer, challenge, hs256_with_public_key, metadata_of,
                    parts, start_protected, unsigned, with_signature_of)
 from stores import decisions, read_store
 from wire import CONFLICT, SDK2_SERVER, error_type, free_port, keyed_call_line, sdk2_python, start, text_of
@@ -200,7 +201,8 @@ def forgers(issuer, tmp_path_factory):
 def guarded(forgers):
     """A server trusting the `forgers` fixture's first issuer, and Alice's token from it."""
     trusted = forgers[0]
-    wire = start_protected(trusted, token=trusted.token("alice"))
+    # The keys' URL given, as for an issuer without RFC 8414 metadata; the other tests discover it.
+    wire = start_protected(trusted, "--jwks-uri", f"{trusted.url}/jwks", token=trusted.token("alice"))
     yield wire
     wire.close()
 
@@ -252,6 +254,17 @@ def test_bad_token_gets_401_and_nothing_runs_or_is_recorded(guarded, forgers, ba
     assert text_of(guarded.charge(100, key=key)) == f"Charged 100. New balance: {before['balance'] + 100}"
     assert text_of(guarded.charge(100, key=key)) == f"Charged 100. New balance: {before['balance'] + 100}"
     assert guarded.ledger()["charges"] == before["charges"] + 1
+
+
+def test_protected_resource_metadata_names_the_resource_and_its_issuer(guarded, forgers):
+    """RFC 9728, where every 401 and 403 points: the resource the tokens are for, and who issues them."""
+    connection = http.client.HTTPConnection("127.0.0.1", guarded.port, timeout=30)
+    try:
+        connection.request("GET", "/.well-known/oauth-protected-resource/mcp")
+        metadata = json.loads(connection.getresponse().read())
+    finally:
+        connection.close()
+    assert metadata["resource"] == RESOURCE and metadata["authorization_servers"] == [forgers[0].url]
 
 
 # ----------------------------------------------------------------------------
