@@ -32,7 +32,7 @@ from pathlib import Path
 
 import uvicorn
 from authlib.oauth2 import OAuth2Error
-from authlib.oauth2.rfc6749 import AuthorizationServer, ClientMixin, JsonRequest, OAuth2Payload, OAuth2Request
+from authlib.oauth2.rfc6749 import AuthorizationServer, ClientMixin, OAuth2Payload, OAuth2Request
 from authlib.oauth2.rfc6749.grants import ClientCredentialsGrant
 from authlib.oauth2.rfc6749.util import list_to_scope, scope_to_list
 from authlib.oauth2.rfc9068 import JWTBearerTokenGenerator
@@ -114,9 +114,6 @@ class Issuer(AuthorizationServer):
 
     def create_oauth2_request(self, request: OAuth2Request) -> OAuth2Request:
         return request  # built by token() from the Starlette request
-
-    def create_json_request(self, request) -> JsonRequest:
-        raise NotImplementedError("this issuer has no JSON endpoints")
 
     def handle_response(self, status: int, body, headers) -> Response:
         return JSONResponse(body, status_code=status, headers=dict(headers))
