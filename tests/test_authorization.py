@@ -215,6 +215,10 @@ def expired(forgers) -> str:
     return token
 
 
+CHARGE_CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "charge_guarded", "arguments": {"amount": 5}}}
+REVISIONS = ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", None]  # None: no header, read as 2025-03-26
+
 BAD_TOKENS = [  # (how the bad request is made, what the server logs about the token, or None if it never saw one)
     pytest.param(lambda f: ({}, ""), None, id="no-token"),
     pytest.param(lambda f: (bearer("not-a-token"), ""), "DecodeError", id="malformed"),
@@ -255,6 +259,30 @@ def test_bad_token_gets_401_and_nothing_runs_or_is_recorded(guarded, forgers, ba
     assert text_of(guarded.charge(100, key=key)) == f"Charged 100. New balance: {before['balance'] + 100}"
     assert text_of(guarded.charge(100, key=key)) == f"Charged 100. New balance: {before['balance'] + 100}"
     assert guarded.ledger()["charges"] == before["charges"] + 1
+
+
+SPOILED_BY_A_READER = [  # (MCP-Protocol-Version header or None, the body as sent, the status)
+    *[pytest.param(version, json.dumps(CHARGE_CALL).encode(), 403, id=f"{version}") for version in REVISIONS],
+    # No revision takes a batch, so the gate need not look inside one: the SDK refuses it whole.
+    *[pytest.param(version, json.dumps([CHARGE_CALL]).encode(), 400, id=f"{version}-batch") for version in REVISIONS],
+    # A member given twice: the gate reads it with the SDK's own parser, so both read the last.
+    pytest.param("2026-07-28", json.dumps(CHARGE_CALL).replace('"name": "charge_guarded"', '"name": "get_balance", '
+                                                               '"name": "charge_guarded"').encode(), 403, id="name-twice"),
+]
+
+
+@pytest.mark.parametrize(("version", "body", "status"), SPOILED_BY_A_READER)
+def test_token_without_the_tools_scope_charges_nothing_on_any_revision_or_spelling(guarded, forgers, version, body,
+                                                                                   status):
+    """The scope is read from the body as the SDK reads it: every revision, a batch, a member given twice."""
+    before = guarded.ledger()
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               **({} if version is None else {"MCP-Protocol-Version": version}), **bearer(forgers[0].token("alice", READ))}
+
+    answered, _, text = guarded.post(body, headers)
+
+    assert answered == status and "Charged" not in text, text
+    assert guarded.ledger() == before
 
 
 def test_protected_resource_metadata_names_the_resource_and_its_issuer(guarded, forgers):
