@@ -89,16 +89,17 @@ class JwtVerifier:
 
     async def keys_for(self, kid: str | None) -> KeySet:
         """The issuer's keys: fetched once, and again for an unknown kid, at most every JWKS_REFETCH_SECONDS."""
-        if self.keys is None or (kid is not None and not self.knows(kid)):
+        if self.missing(kid):
             async with self.fetching:  # requests that arrive together wait for one fetch
-                stale = time.monotonic() - self.fetched_at >= JWKS_REFETCH_SECONDS
-                if self.keys is None or (stale and kid is not None and not self.knows(kid)):
+                if self.missing(kid) and time.monotonic() - self.fetched_at >= JWKS_REFETCH_SECONDS:
                     await self.fetch()
+        if self.keys is None:
+            raise ConnectionError("no keys yet: the issuer's JWKS could not be fetched")
         return self.keys
 
-    def knows(self, kid: str) -> bool:
-        """Is `kid` among the keys fetched?"""
-        return any(key.kid == kid for key in self.keys)
+    def missing(self, kid: str | None) -> bool:
+        """No keys yet, or none with this kid."""
+        return self.keys is None or (kid is not None and not any(key.kid == kid for key in self.keys))
 
     async def fetch(self) -> None:
         """Fetch the JWKS (its URL from the issuer's RFC 8414 metadata, the first time, unless given)."""
