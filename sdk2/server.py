@@ -12,13 +12,17 @@ Read it top to bottom, in the order of the SEP:
    handler: read the key (P1, P2), fingerprint the request (P3), claim the key
    (P16), then conflict, in progress, replay (P20), or run the tool and record
    its outcome in one transaction with its side effect (P4, P7, P17, P18);
-4. the capability (P14), the command line and the transports.
+4. whose key it is: the principal a record is scoped to (K2, P10'', P21), and the
+   per-tool scopes a token must carry, checked before the store is consulted (K3, P22);
+5. the capability (P14), the command line and the transports.
 
 "SEP X9" names a rule of SEP-3182 and "P9" a position this project takes where
 the SEP is silent; tests/CONFORMANCE.md lists both.
 """
 
 import argparse
+import ipaddress
+import json
 import logging
 import sys
 from contextlib import asynccontextmanager
@@ -31,6 +35,7 @@ try:
     import anyio.lowlevel
     import mcp_types
     from mcp import Client
+    from mcp.server.auth.middleware.auth_context import get_access_token
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.shared.exceptions import MCPError
     from mcp_types.methods import serialize_server_result, validate_client_request
@@ -133,6 +138,12 @@ async def charge(ctx: Context, amount: int) -> str:
     async with ctx.request_context.lifespan_context.transaction() as ledger:
         balance = await ledger.charge(amount)
     return f"Charged {amount}. New balance: {balance}"
+
+
+# K3, P22: what a token must carry to call each tool over HTTP with authorisation;
+# checked on every request, a replay included, before the store is consulted.
+TOOL_SCOPES = {"charge_unguarded": "ledger:charge", "charge_guarded": "ledger:charge",
+               "reset_ledger": "ledger:charge", "get_balance": "ledger:read"}
 
 
 @mcp.tool()
@@ -264,20 +275,19 @@ async def run_and_record(ctx, call_next, key: str, fingerprint: bytes) -> tuple[
         if isinstance(outcome, MCPError) and outcome.error.code == sep3182.URL_ELICITATION_REQUIRED:
             raise outcome  # rolls the unit of work back; run_once gives the key back
         outcome, text = recorded_as(outcome, key, ctx.protocol_version)
-        return outcome, await tx.commit_with_record(key, fingerprint, text)
+        return outcome, await tx.commit_with_record(record_key(ctx, key), fingerprint, text)
 
 
-async def give_back(store, key: str, owner: str) -> None:
+async def give_back(ctx, key: str, owner: str) -> None:
     """P6', P23: release the claim; if the store cannot even do that, its lease frees the key."""
     try:
-        await store.release(key, owner)
+        await ctx.lifespan_context.release(record_key(ctx, key), owner)
     except StoreUnavailable as error:
         log.warning("not released: key=%r is left to its lease (%s)", key, error)
 
 
 async def run_once(ctx, call_next, key: str, fingerprint: bytes, owner: str) -> dict:
     """P4.1, P6', P7, P17, P18, P23: run the tool to completion and record its outcome with its side effect."""
-    store = ctx.lifespan_context
     log.debug("claimed: key=%r tool=%s", key, ctx.params["name"])
     # P7: a cancel (the 2.x client sends one on a stdio timeout) or a vanished
     # client must not stop a keyed execution half way.
@@ -285,17 +295,17 @@ async def run_once(ctx, call_next, key: str, fingerprint: bytes, owner: str) -> 
         try:
             outcome, recorded_now = await run_and_record(ctx, call_next, key, fingerprint)
         except MCPError as error:  # P6': -32042, sent as it is and not recorded
-            await give_back(store, key, owner)
+            await give_back(ctx, key, owner)
             log.debug("released: key=%r, the client is asked to send it again", key)
             raise error
         except StoreUnavailable as error:  # P23: nothing recorded; the client retries
-            await give_back(store, key, owner)
+            await give_back(ctx, key, owner)
             log.warning("store unavailable: key=%r, nothing recorded (%s)", key, error)
             raise rejection(STORE_UNAVAILABLE, key) from None
         except BaseException:
             # P6': nothing leaves the key claimed: what failed here was not
             # recorded, so a retry runs the tool as if this call never came.
-            await give_back(store, key, owner)
+            await give_back(ctx, key, owner)
             log.exception("released: key=%r, its outcome could not be recorded", key)
             raise internal_error() from None
     if not recorded_now:
@@ -334,7 +344,7 @@ async def idempotent_tools_call(ctx, call_next) -> Any:
     # P16: the store takes the key in one atomic step, or says which record holds it;
     # it reads first, so most retries (replay, conflict, in progress) take no lock.
     try:
-        claim = await ctx.lifespan_context.claim(key, fingerprint)
+        claim = await ctx.lifespan_context.claim(record_key(ctx, key), fingerprint)  # K2: this principal's key
     except StoreUnavailable as error:  # P23: nothing claimed, nothing ran
         log.warning("store unavailable: key=%r not claimed (%s)", key, error)
         raise rejection(STORE_UNAVAILABLE, key) from None
@@ -347,7 +357,42 @@ async def idempotent_tools_call(ctx, call_next) -> Any:
 
 
 # ----------------------------------------------------------------------------
-# 4. The capability, the command line and the transports
+# 4. Whose key it is (K2, P10'', P21)
+# ----------------------------------------------------------------------------
+
+# K2 (P10''): without authorisation the deployment is one tenant (P10'); on stdio that
+# tenant is the process's one client, and every process sharing its store file runs as
+# one local user, who can read that file anyway.
+ONE_TENANT = ("one tenant",)
+
+
+def principal_of(ctx) -> tuple[str, ...]:
+    """K2: the authorisation boundary of this request: the token's (issuer, subject), or the one tenant."""
+    # The subject, not the client id or a session: a record belongs to whoever's
+    # authority the call was made with. One user may call through several clients (an
+    # IDE, a CLI), and retry through another after a crash; one client may act for many
+    # users, who must not see each other's results. A session is gone in the stateless
+    # 2026-07-28 revision, and a retry may well come on a new connection or instance.
+    # `sub` is unique only within its issuer (RFC 7519), so the issuer is part of it.
+    token = get_access_token()
+    if token is not None:
+        return token.claims["iss"], token.subject
+    if settings.issuer is not None:  # fail closed: never let every caller share one tenant by accident
+        raise RuntimeError("authorisation is on, but no access token reached the dispatch layer")
+    return ONE_TENANT
+
+
+def record_key(ctx, key: str) -> str:
+    """K2, P21: the key as the store knows it: the principal's, so that no other principal's key can match it."""
+    # A JSON array of strings: two different (principal, key) pairs never spell the same
+    # text, and every store and instance takes it as it takes a key: no store change, no
+    # extra round trip. Records of the previous version hold bare keys, which are not
+    # JSON arrays unless a client sent one as its key: they match nothing, and expire (P8).
+    return json.dumps([*principal_of(ctx), key])
+
+
+# ----------------------------------------------------------------------------
+# 5. The capability, the command line and the transports
 # ----------------------------------------------------------------------------
 
 
@@ -397,7 +442,59 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lease", type=sep3182.seconds, default=LEASE_SECONDS, metavar="SECONDS",
                         help="how long a claim is held before a retry may take it over (P18; default: 30)")
     sep3182.add_common_options(parser)
-    return parser.parse_args(argv)
+    oauth = parser.add_argument_group("authorisation (HTTP only): an OAuth 2.1 resource server; see sdk2/auth.py")
+    oauth.add_argument("--issuer", metavar="URL",
+                       help="the authorization server whose JWT access tokens are accepted (its `iss`); "
+                            "without it, the server serves one tenant")
+    oauth.add_argument("--jwks-uri", metavar="URL", help="the issuer's keys (default: from its RFC 8414 metadata)")
+    oauth.add_argument("--resource", metavar="URL",
+                       help="this server's URL, the `aud` its tokens must carry (default: http://HOST:PORT/mcp)")
+    oauth.add_argument("--allow-unauthenticated", action="store_true",
+                       help="listen on a non-loopback address without --issuer, on purpose: one tenant for all (P10')")
+    args = parser.parse_args(argv)
+    if args.issuer is not None and args.transport == "stdio":
+        parser.error("--issuer needs --transport http: on stdio the boundary is the process (P10'')")
+    args.resource = args.resource or f"http://{args.host}:{args.port}/mcp"
+    return args
+
+
+def unauthenticated_refusal() -> str | None:
+    """P10': a reason not to serve one tenant on an address other machines reach; None if there is none."""
+    if settings.transport == "stdio" or settings.issuer is not None or settings.allow_unauthenticated:
+        return None
+    try:
+        loopback = ipaddress.ip_address(settings.host).is_loopback
+    except ValueError:  # a host name
+        loopback = settings.host == "localhost"
+    return None if loopback else (
+        f"refusing to listen on {settings.host} without authorisation: every client would share one key space "
+        "and could replay another's results (K2); give --issuer URL, or --allow-unauthenticated to do it on purpose")
+
+
+def tenancy() -> str:
+    """K2, P10'': what the start-up line says the records are scoped to."""
+    if settings.issuer is not None:
+        return f"records scoped to each principal (issuer, subject) of tokens from {settings.issuer}, for {settings.resource}"
+    if settings.transport == "stdio":
+        return "serving one tenant: this process's one client (stdio, P10'')"
+    return "serving one tenant: no authorisation, every client shares one key space (P10')"
+
+
+def http_app():
+    """The Streamable HTTP app; with --issuer, an OAuth resource server with per-tool scopes (sdk2/auth.py)."""
+    if settings.issuer is not None:
+        import auth  # only this mode needs joserfc (sdk2/requirements-auth.txt)
+        from starlette.middleware import Middleware
+
+        # MCPServer takes these two in its constructor, which runs at import, before the
+        # command line is read: they are the attributes it keeps them in.
+        mcp.settings.auth = auth.auth_settings(settings.issuer, settings.resource)
+        mcp._token_verifier = auth.JwtVerifier(settings.issuer, settings.resource, settings.jwks_uri)
+    app = mcp.streamable_http_app(stateless_http=True, json_response=True, host=settings.host)
+    if settings.issuer is not None:
+        # Innermost, after the SDK's authentication: the verified token is known, no handler has run.
+        app.user_middleware.append(Middleware(auth.ScopeGate, scopes=TOOL_SCOPES, resource=settings.resource))
+    return app
 
 
 def main() -> None:
@@ -411,16 +508,22 @@ def main() -> None:
     why = sdk_hides_the_key()
     if why is not None:
         sys.exit(SDK_HIDES_KEY.format(version=version("mcp"), why=why))
+    refusal = unauthenticated_refusal()
+    if refusal is not None:
+        sys.exit(refusal)
     problem = anyio.run(store_problem)
     if problem is not None:
         sys.exit(f"cannot open the store {settings.store}: {problem}")
     where = "stdio" if settings.transport == "stdio" else f"http://{settings.host}:{settings.port}/mcp"
     log.info("serving on %s: store %s, retention %gs, lease %gs, at most %d records, charge delay %gs",
              where, settings.store, settings.retention, settings.lease, settings.max_records, settings.charge_delay)
+    log.info("%s", tenancy())
     if settings.transport == "stdio":
         mcp.run()
     else:
-        mcp.run("streamable-http", host=settings.host, port=settings.port, stateless_http=True, json_response=True)
+        import uvicorn
+
+        uvicorn.run(http_app(), host=settings.host, port=settings.port, log_level="warning")
 
 
 if __name__ == "__main__":

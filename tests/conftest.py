@@ -8,7 +8,7 @@ import sys
 import tempfile
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 
 import pytest
@@ -103,9 +103,9 @@ NO_POSTGRES = ("no PostgreSQL server: start one with tests/postgres.sh start DIR
                "and set SEP3182_POSTGRES to the URL it prints")
 
 
-@pytest.fixture
-def postgres_url():
-    """The URL of a new, empty database on the PostgreSQL server SEP3182_POSTGRES names; dropped afterwards."""
+@contextmanager
+def postgres_database():
+    """A new, empty database on the PostgreSQL server SEP3182_POSTGRES names, dropped afterwards; its URL."""
     if not POSTGRES:
         pytest.skip(NO_POSTGRES)
     import anyio
@@ -126,8 +126,17 @@ def postgres_url():
             thread.submit(anyio.run, execute, statement).result()
 
     admin(f"CREATE DATABASE {name}")
-    yield POSTGRES.rsplit("/", 1)[0] + "/" + name
-    admin(f"DROP DATABASE {name} WITH (FORCE)")
+    try:
+        yield POSTGRES.rsplit("/", 1)[0] + "/" + name
+    finally:
+        admin(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def postgres_url():
+    """The URL of a new, empty database on the PostgreSQL server SEP3182_POSTGRES names; dropped afterwards."""
+    with postgres_database() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ENVIRONMENTS = {
     ".venv": ["requirements.txt", "tests/requirements.txt"],
-    ".venv-2x": ["sdk2/requirements.txt", "sdk2/requirements-postgres.txt"],
+    ".venv-2x": ["sdk2/requirements.txt", "sdk2/requirements-postgres.txt", "sdk2/requirements-auth.txt"],
 }
 
 

@@ -42,7 +42,8 @@ CHARGED = re.compile(r"Charged (\d+)\. New balance: (\d+)")
 
 def audit(url: str) -> tuple[dict, set]:
     """Check that the ledger holds exactly the recorded charges, and that the store's count of
-    its records is true; return {key: (amount, balance)} and the running keys.
+    its records is true; return {key: (amount, balance)} and the running keys, for a store
+    whose callers are one principal (the server keys a record by its principal and key, K2).
 
     Charges commit one after another, so the balances the completed records report,
     sorted, must climb from 0 by each record's own amount to the ledger's balance,
@@ -50,6 +51,8 @@ def audit(url: str) -> tuple[dict, set]:
     """
     ledger, records, counted = read_store(url)
     assert counted == len(records), f"the store counts {counted} records and holds {len(records)}: P9's bound drifted"
+    records = {json.loads(stored)[-1]: outcome for stored, outcome in records.items()}
+    assert len(records) == counted, "records of more than one principal"
     completed = {}
     for key, outcome in records.items():
         if outcome is not None:

@@ -1,5 +1,6 @@
-"""The mcp 2.x demos end to end: sdk2/client_demo.py over stdio and HTTP, sdk2/cluster_demo.py on
-SQLite and PostgreSQL; their scenarios pass, and their verdicts fail against servers that break the SEP."""
+"""The mcp 2.x demos end to end: sdk2/client_demo.py over stdio and HTTP, sdk2/cluster_demo.py and
+sdk2/auth_demo.py on SQLite and PostgreSQL; their scenarios pass, and their verdicts fail against
+servers that break the SEP."""
 
 import json
 import subprocess
@@ -12,6 +13,7 @@ pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
 
 CLIENT_DEMO = ROOT / "sdk2" / "client_demo.py"
 CLUSTER_DEMO = ROOT / "sdk2" / "cluster_demo.py"
+AUTH_DEMO = ROOT / "sdk2" / "auth_demo.py"
 
 # Stand-ins for sdk2/server.py that break one SEP rule each, to show the demo's PASS is earned.
 NO_DEDUPLICATION = """
@@ -19,6 +21,12 @@ import server
 async def passed_through(ctx, call_next):  # the capability is still advertised, the key ignored
     return await call_next(ctx)
 server.idempotent_tools_call = passed_through
+server.main()
+"""
+UNSCOPED_AND_UNCHECKED = """
+import server
+server.record_key = lambda ctx, key: key  # K2 broken: the bare key, whoever sends it
+server.TOOL_SCOPES.clear()  # K3 broken: any valid token may call any tool
 server.main()
 """
 NO_CAPABILITY = """
@@ -128,3 +136,25 @@ def test_cluster_demo_fails_when_every_instance_keeps_its_own_store():
     run = play(CLUSTER_DEMO, "--store", "memory")
     assert run.returncode == 1
     assert verdicts(run.stdout)[0] == "PASS" and verdicts(run.stdout).count("FAIL") >= 4
+
+
+def test_auth_demo_plays_the_three_k_scenarios_on_sqlite_and_each_passes():
+    run = play(AUTH_DEMO)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert verdicts(run.stdout) == ["PASS"] * 3
+    assert 'http   ← A: 403 Bearer error="insufficient_scope", scope="ledger:charge"' in run.stdout
+
+
+@pytest.mark.slow  # about 10 s each: .ci/run runs them
+def test_auth_demo_plays_the_three_k_scenarios_on_postgresql_and_each_passes(postgres_url):
+    run = play(AUTH_DEMO, "--store", postgres_url)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert verdicts(run.stdout) == ["PASS"] * 3
+
+
+@pytest.mark.slow
+def test_auth_demo_fails_against_a_server_that_neither_scopes_records_nor_checks_scopes(tmp_path):
+    """Bob then gets Alice's recorded result, and her narrowed token reads it: the demo's K verdicts say so."""
+    run = play(AUTH_DEMO, server=stand_in(tmp_path, UNSCOPED_AND_UNCHECKED))
+    assert run.returncode == 1
+    assert verdicts(run.stdout) == ["PASS", "FAIL", "FAIL"], run.stdout + run.stderr

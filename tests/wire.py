@@ -305,8 +305,10 @@ class LegacyStdioWire(StdioWire):
 class HttpWire(Wire):
     """The 2.x server over stateless Streamable HTTP: one POST per message, each on its own connection."""
 
-    def __init__(self, target: str, command: list[str], port: int, revision: str = MODERN):
+    def __init__(self, target: str, command: list[str], port: int, revision: str = MODERN,
+                 headers: dict | None = None):
         self.port, self.revision = port, revision
+        self.extra_headers = dict(headers or {})  # sent with every message, e.g. {"Authorization": "Bearer ..."}
         self.connections: dict[object, http.client.HTTPConnection] = {}
         self.answers: dict[object, queue.Queue] = {}
         super().__init__(target, command)
@@ -343,15 +345,15 @@ class HttpWire(Wire):
             params = message.get("params")
             if message["method"] == "tools/call" and isinstance(params, dict) and isinstance(params.get("name"), str):
                 headers["Mcp-Name"] = params["name"]
-        return headers
+        return {**headers, **self.extra_headers}
 
-    def post(self, body: bytes, headers: dict, key=None) -> tuple[int, dict, str]:
+    def post(self, body: bytes, headers: dict, key=None, path: str = "/mcp") -> tuple[int, dict, str]:
         """One POST to /mcp: status, headers and body. `key` names the connection for cancel()."""
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=REPLY_TIMEOUT)
         if key is not None:
             self.connections[key] = connection
         try:
-            connection.request("POST", "/mcp", body=body, headers=headers)
+            connection.request("POST", path, body=body, headers=headers)
             response = connection.getresponse()
             return response.status, dict(response.getheaders()), response.read().decode()
         finally:
@@ -360,10 +362,11 @@ class HttpWire(Wire):
     def send_text(self, text: str, message) -> None:
         request_id = message.get("id") if isinstance(message, dict) else None
         answer = self.answers[request_id] = queue.Queue()
+        headers = self.headers(message)  # now, as the caller's token is now
 
         def exchange():
             try:
-                answer.put(self.post(text.encode(), self.headers(message), request_id)[2])
+                answer.put(self.post(text.encode(), headers, request_id)[2])
             except (OSError, http.client.HTTPException) as gone:  # closed by cancel(), or the server died
                 answer.put(gone)
 
@@ -398,8 +401,10 @@ class HttpWire(Wire):
         return self.process.returncode
 
 
-def start(target: str, *server_args: str, server: Path | None = None, store_dir: Path | None = None) -> Wire:
-    """Start `target` with command-line options; the 2.x server gets a fresh SQLite store unless told otherwise."""
+def start(target: str, *server_args: str, server: Path | None = None, store_dir: Path | None = None,
+          headers: dict | None = None) -> Wire:
+    """Start `target` with command-line options; the 2.x server gets a fresh SQLite store unless told otherwise.
+    Over HTTP, `headers` go with every message (a bearer token)."""
     if target == "1x-stdio":
         return LegacyStdioWire(target, [sys.executable, str(server or SERVER), "--verbose", *server_args])
     command = [sdk2_python(), str(server or SDK2_SERVER), "--verbose"]
@@ -410,7 +415,7 @@ def start(target: str, *server_args: str, server: Path | None = None, store_dir:
     if target == "2x-stdio":
         return ModernStdioWire(target, [*command, *server_args])
     port = free_port()
-    return HttpWire(target, [*command, "--transport", "http", "--port", str(port), *server_args], port)
+    return HttpWire(target, [*command, "--transport", "http", "--port", str(port), *server_args], port, headers=headers)
 
 
 def start_together(target: str, *command_lines: tuple[str, ...]) -> list[Wire]:

@@ -1,0 +1,203 @@
+"""Whose key is it: SEP-3182's K2 and K3 over HTTP, with real OAuth tokens, across instances.
+
+    python sdk2/auth_demo.py                                        on one SQLite file
+    python sdk2/auth_demo.py --store postgresql://USER@HOST:PORT/DB  the same on PostgreSQL (an empty database)
+
+This script starts a real issuer (sdk2/issuer.py: Authlib, client credentials, signed
+JWT access tokens) and two instances, A and B, of sdk2/server.py --issuer on one store;
+then it is the load balancer between them. Alice and Bob each get their tokens from the
+issuer and talk through the SDK's own Client (2026-07-28), with the token in the
+Authorization header, through the link of client_demo.py, which can lose a response.
+Every verdict is read from the ledger, which lives in the store beside the records.
+
+    1. Alice's response from A is lost; her retry, on B, replays it: one charge.
+    2. Bob sends Alice's key, with her arguments, to B: he is charged once, his own charge,
+       and nothing he sees differs from what he would see had she never used it (K2).
+    3. Alice retries her key on A with a token narrowed to ledger:read: 403, nothing
+       disclosed; with a proper token, the replay (K3).
+"""
+
+import argparse
+import base64
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from client_demo import Link, call_tool, free_port, linked, listening, new_key, start_http_server, text  # isort: skip
+
+import anyio  # noqa: E402
+import anyio.abc  # noqa: E402
+import httpx2  # noqa: E402
+from mcp import Client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+
+from cluster_demo import hold_open  # noqa: E402
+from walkthrough import ServerLog, say, short, verdict  # noqa: E402
+
+ISSUER = Path(__file__).with_name("issuer.py")
+RESOURCE = "https://ledger.example/mcp"  # the deployment, as its clients know it: every instance's `aud`
+
+
+@dataclass
+class Caller:
+    """One person's token, and the SDK's Client speaking with it to one instance."""
+
+    who: str
+    instance: str
+    client: Client
+    link: Link
+    refusals: list[str]  # the WWW-Authenticate challenges of the HTTP errors it got
+
+
+class Deployment:
+    """The issuer, instances on one store trusting it, and callers connected to them."""
+
+    def __init__(self, folder: Path, store: str, connections: anyio.abc.TaskGroup):
+        self.folder, self.store, self.connections = folder, store, connections
+        self.processes: list[subprocess.Popen] = []
+        self.urls: dict[str, str] = {}
+        self.logs: dict[str, ServerLog] = {}
+        self.issuer = ""
+
+    async def start_issuer(self) -> None:
+        """sdk2/issuer.py on a free loopback port."""
+        log = self.folder / "issuer.log"
+        port = free_port()
+        self.issuer = f"http://127.0.0.1:{port}"
+        with log.open("w") as errlog:
+            self.processes.append(subprocess.Popen([sys.executable, str(ISSUER), "--port", str(port)],
+                                                   stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog))
+        await listening(self.processes[-1], self.issuer, log)
+        say("issuer", f"serving {self.issuer}: clients alice and bob, scopes ledger:charge and ledger:read")
+
+    async def start(self, name: str) -> None:
+        """One instance of sdk2/server.py, trusting the issuer, on the shared store."""
+        log = self.folder / f"{name}.log"
+        log.touch()
+        process, url = start_http_server(["--verbose", "--store", self.store, "--issuer", self.issuer,
+                                          "--resource", RESOURCE], log)
+        self.processes.append(process)
+        await listening(process, url, log)
+        self.urls[name], self.logs[name] = url, ServerLog(log, who=name)
+
+    async def token(self, who: str, scope: str | None = None) -> str:
+        """An access token for `who` by client credentials, for this deployment (RFC 8707 `resource`)."""
+        form = {"grant_type": "client_credentials", "resource": RESOURCE, **({"scope": scope} if scope else {})}
+        basic = base64.b64encode(f"{who}:{who}-secret".encode()).decode()
+        async with httpx2.AsyncClient() as http:
+            answer = (await http.post(f"{self.issuer}/token", data=form, headers={"Authorization": f"Basic {basic}"})).json()
+        say("issuer", f"← token for {who}: scope {answer['scope']}")
+        return answer["access_token"]
+
+    async def caller(self, who: str, instance: str, scope: str | None = None) -> Caller:
+        """`who`, with a fresh token, speaking to `instance` through the SDK's Client."""
+        refusals = []
+
+        async def refused(response: httpx2.Response) -> None:
+            """The SDK's client reports an HTTP error as -32603 only: the status and challenge, shown here."""
+            if response.status_code >= 400:
+                refusals.append(f"{response.status_code} {response.headers.get('www-authenticate')}")
+                say("http", f"← {instance}: {refusals[-1]}")
+
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {await self.token(who, scope)}"},
+                                  event_hooks={"response": [refused]})
+        link = Link(show_every_frame=False, server_log=self.logs[instance], show_calls=False)
+        client = Client(linked(streamable_http_client(self.urls[instance], http_client=http), link), mode="auto")
+        await self.connections.start(hold_open, client)
+        return Caller(who, instance, client, link, refusals)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.terminate()
+            process.wait()
+
+
+async def charge(caller: Caller, amount: int, key: str, lose_response: bool = False):
+    """charge_guarded(amount) with `key`; the result, or the error it was refused with."""
+    say(caller.who, f"sends charge_guarded(amount={amount}), key {short(key)}, to {caller.instance}")
+    if lose_response:
+        caller.link.lose_next_response()
+    try:
+        result = await call_tool(caller, "charge_guarded", {"amount": amount}, key)
+    except MCPError as error:
+        say(caller.who, f"← {caller.instance}: error {error.code}: {error.message}")
+        return error
+    say(caller.who, f"← {caller.instance}: {text(result)}")
+    return result
+
+
+async def ledger(reader: Caller) -> dict:
+    """Ground truth from get_balance, read with a ledger:read token."""
+    truth = json.loads(text(await call_tool(reader, "get_balance", {})))
+    say("ledger", f"{truth['charges']} charge(s), balance {truth['balance']}")
+    return truth
+
+
+async def play(store: str | None) -> bool:
+    """The three scenarios; True if each behaved as SEP-3182's K2 and K3 require."""
+    with tempfile.TemporaryDirectory() as folder:
+        store = store or f"sqlite:{folder}/shared.db"
+        print(f"SEP-3182 with OAuth: whose key is it; instances A and B share the store {store}\n")
+        async with anyio.create_task_group() as connections:
+            deployment = Deployment(Path(folder), store, connections)
+            try:
+                await deployment.start_issuer()
+                await deployment.start("A")
+                await deployment.start("B")
+                reader = await deployment.caller("alice", "B", "ledger:read")
+                key = new_key()
+
+                print("\n1. Alice's response from A is lost; she retries on B, with the same key")
+                alice_on_a, alice_on_b = await deployment.caller("alice", "A"), await deployment.caller("alice", "B")
+                await charge(alice_on_a, 100, key, lose_response=True)
+                retried = await charge(alice_on_b, 100, key)
+                first = verdict(not isinstance(retried, MCPError)
+                                and alice_on_a.link.lost_result == alice_on_b.link.delivered_result
+                                and await ledger(reader) == {"balance": 100, "charges": 1},
+                                "Alice's lost response replayed for Alice, on the other instance: one charge")
+
+                print("2. Bob sends Alice's key, with her arguments, to B")
+                bob = await deployment.caller("bob", "B")
+                his = await charge(bob, 100, key)
+                again = await charge(bob, 100, key)
+                second = verdict(not isinstance(his, MCPError) and text(his) == "Charged 100. New balance: 200"
+                                 and not isinstance(again, MCPError) and text(again) == text(his)
+                                 and await ledger(reader) == {"balance": 200, "charges": 2},
+                                 "Bob charged once, his own charge, then his own replay: nothing of Alice's "
+                                 "(her key is a new key for him)")
+
+                print("3. Alice retries her key on A with a token narrowed to ledger:read, then with a proper one")
+                narrowed = await deployment.caller("alice", "A", "ledger:read")
+                refused = await charge(narrowed, 100, key)
+                proper = await deployment.caller("alice", "A")
+                replayed = await charge(proper, 100, key)
+                third = verdict(isinstance(refused, MCPError) and len(narrowed.refusals) == 1
+                                and narrowed.refusals[0].startswith('403 Bearer error="insufficient_scope"')
+                                and not isinstance(replayed, MCPError)
+                                and text(replayed) == "Charged 100. New balance: 100"
+                                and await ledger(reader) == {"balance": 200, "charges": 2},
+                                "403 for the narrowed token, her result not disclosed; replayed for a proper one; "
+                                "nothing charged again")
+            finally:
+                connections.cancel_scope.cancel()
+                deployment.stop()
+    passed = [first, second, third]
+    print(f"{sum(passed)} of {len(passed)} scenarios behaved as SEP-3182's K2 and K3 require.")
+    return all(passed)
+
+
+def main() -> None:
+    """Parse the options, play, and exit 0 only if every scenario passed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", metavar="URL",
+                        help="the shared store: postgresql://... (an empty database of yours), or sqlite:PATH "
+                             "(default: a SQLite file in a temporary folder)")
+    sys.exit(0 if anyio.run(play, parser.parse_args().store) else 1)
+
+
+if __name__ == "__main__":
+    main()

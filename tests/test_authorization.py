@@ -1,0 +1,396 @@
+"""K1-K3 over HTTP with real OAuth tokens: whose key it is (P10'', P21), and a replay's authorisation (P22).
+
+Every test starts the real issuer (sdk2/issuer.py, Authlib) and sdk2/server.py --issuer as
+subprocesses on 127.0.0.1, and speaks with real access tokens, fetched by client
+credentials for Alice and Bob; the forged ones are made the way an attacker makes them
+(tests/oauth.py). What is pinned:
+
+- K2, P21: Bob sending keys Alice used gets exactly the answers he gets where she used
+  other keys, byte for byte apart from JSON-RPC ids: his own execution, his own replay,
+  his own conflict; never her result, her conflict or her call in progress. On memory,
+  SQLite and PostgreSQL, on one instance and across two on one store.
+- K3, P22: Alice's replay with a token narrowed to ledger:read gets 403 insufficient_scope,
+  and with an expired token 401; neither discloses the result or records anything; her
+  retry with a proper token then replays the original record.
+- Bad tokens: each gets 401 `invalid_token` pointing at the RFC 9728 metadata; nothing runs,
+  nothing is recorded, no key is claimed, and the server keeps serving.
+- The issuer's keys are fetched once, and again only for a kid the server does not know.
+- Without authorisation: the server says it serves one tenant, and will not listen on a
+  non-loopback address unless told to on purpose; records of the previous version, keyed
+  by the bare key, replay to nobody.
+"""
+
+import contextlib
+import http.client
+import json
+import sqlite3
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import postgres_database
+from oauth import (CHARGE, READ, RESOURCE, Issuer, as_caller, bearer, challenge, hs256_with_public_key, metadata_of,
+                   parts, start_protected, unsigned, with_signature_of)
+from stores import decisions, read_store
+from wire import CONFLICT, SDK2_SERVER, error_type, free_port, keyed_call_line, sdk2_python, start, text_of
+
+pytestmark = pytest.mark.targets("2x-http")
+
+METADATA = "http://ledger.test/.well-known/oauth-protected-resource/mcp"  # RFC 9728, for RESOURCE
+JWKS_REFETCH_SECONDS = 5.0  # sdk2/auth.py: an unknown kid fetches the keys again at most this often
+
+
+@pytest.fixture(scope="module")
+def issuer():
+    """The issuer every test of this module trusts, unless it starts its own."""
+    issuer = Issuer()
+    yield issuer
+    issuer.close()
+
+
+@contextlib.contextmanager
+def fresh_store(kind: str, tmp_path, name: str):
+    """A new, empty store of one kind: memory, a SQLite file, or a PostgreSQL database."""
+    if kind == "postgresql":
+        with postgres_database() as url:
+            yield url
+    else:
+        yield "memory" if kind == "memory" else f"sqlite:{tmp_path / name}.db"
+
+
+@contextlib.contextmanager
+def deployment(issuer: Issuer, store: str, instances: int, token: str):
+    """One or two instances trusting `issuer` on one store; the first takes a second over each charge."""
+    command_lines = [("--store", store, "--charge-delay", "0.5" if instances == 2 else "0.3"), ("--store", store)]
+    with ThreadPoolExecutor(instances) as pool:
+        wires = list(pool.map(lambda args: start_protected(issuer, *args, token=token), command_lines[:instances]))
+    try:
+        yield wires[0], wires[-1]
+    finally:
+        for wire in wires:
+            wire.close()
+
+
+# ----------------------------------------------------------------------------
+# K2, P21: another principal's key is a new key, and nothing about it shows
+# ----------------------------------------------------------------------------
+
+BOBS_KEYS = ("order-1", "order-2", "order-3")
+OTHER_KEYS = ("other-1", "other-2", "other-3")  # what Alice uses instead in the world where nobody shares Bob's keys
+
+
+def bobs_answers(issuer: Issuer, a, b, alices_keys: tuple[str, str, str]) -> tuple[list[str], dict]:
+    """Alice calls with her keys on A; then Bob, on B, with his; Bob's answers without their ids, and the ledger."""
+    alice, bob = issuer.token("alice"), issuer.token("bob")
+    as_caller(a, alice)
+    keyed_call_line(a, "charge_guarded", {"amount": 100}, alices_keys[0])  # completed, the arguments Bob will send
+    keyed_call_line(a, "charge_guarded", {"amount": 30}, alices_keys[1])  # completed, other arguments than Bob's
+    as_caller(b, bob)
+    answers = [keyed_call_line(b, "charge_guarded", {"amount": amount}, key)[1] for amount, key in [
+        (100, BOBS_KEYS[0]),  # his own execution, not her result
+        (100, BOBS_KEYS[0]),  # his own replay
+        (250, BOBS_KEYS[0]),  # a conflict with his own call
+        (70, BOBS_KEYS[1]),  # her key with other arguments: no conflict
+    ]]
+    as_caller(a, alice)
+    running = a.send_call("charge_guarded", {"amount": 40}, key=alices_keys[2])
+    a.wait_for_log(f"claimed: key='{alices_keys[2]}'")
+    as_caller(b, bob)
+    answers.append(keyed_call_line(b, "charge_guarded", {"amount": 50}, BOBS_KEYS[2])[1])  # her key while her call runs
+    assert "result" in a.reply(running)
+    return answers, b.ledger()
+
+
+@pytest.mark.parametrize(("kind", "instances"), [
+    ("memory", 1),  # the quick set; the others, across instances too, in the slow set (CI runs both)
+    pytest.param("sqlite", 1, marks=pytest.mark.slow), pytest.param("sqlite", 2, marks=pytest.mark.slow),
+    pytest.param("postgresql", 1, marks=pytest.mark.slow),
+    pytest.param("postgresql", 2, marks=pytest.mark.slow)])
+def test_another_principal_sending_a_used_key_gets_exactly_what_it_gets_had_nobody_used_it(
+        issuer, kind, instances, tmp_path):
+    token = issuer.token("alice", READ)
+    with fresh_store(kind, tmp_path, "used") as store, deployment(issuer, store, instances, token) as (a, b):
+        used, ledger_used = bobs_answers(issuer, a, b, BOBS_KEYS)
+        seen = decisions(*dict.fromkeys((a, b)))  # one instance may be both
+    with fresh_store(kind, tmp_path, "unused") as store, deployment(issuer, store, instances, token) as (a, b):
+        unused, ledger_unused = bobs_answers(issuer, a, b, OTHER_KEYS)
+
+    assert used == unused  # byte for byte, ids aside: Alice's use of the keys shows nowhere
+    assert ledger_used == ledger_unused == {"balance": 100 + 30 + 40 + 100 + 70 + 50, "charges": 6}
+    first, replay, conflict, other_arguments, while_running = (json.loads("{" + answer) for answer in used)
+    assert text_of(first) == "Charged 100. New balance: 230"  # after Alice's 100 and 30: his own charge
+    assert replay == first
+    assert error_type(conflict) == CONFLICT and conflict["error"]["data"]["idempotencyKey"] == BOBS_KEYS[0]
+    assert text_of(other_arguments).startswith("Charged 70.")
+    assert text_of(while_running).startswith("Charged 50.")
+    assert seen["claimed", BOBS_KEYS[0]] == seen["claimed", BOBS_KEYS[2]] == 2  # Alice's, then Bob's own
+    assert seen["replayed", BOBS_KEYS[0]] == 1 and seen["conflict", BOBS_KEYS[0]] == 1  # both his own
+    assert seen["in progress", BOBS_KEYS[2]] == 0
+
+
+# ----------------------------------------------------------------------------
+# K3, P22: a replay passes the authorisation in force when it is made
+# ----------------------------------------------------------------------------
+
+LIFETIME = 3  # seconds a short-lived access token is valid
+
+
+def test_replay_with_a_narrowed_or_expired_token_is_refused_and_the_record_stays_for_a_proper_retry(tmp_path):
+    key = str(tmp_path / "key.json")
+    issuer = Issuer("--key", key)
+    short_lived = Issuer("--key", key, "--issuer", issuer.url, "--lifetime", str(LIFETIME))  # the same authority
+    store = f"sqlite:{tmp_path / 'store.db'}"
+    try:
+        with deployment(issuer, store, 2, issuer.token("alice", READ)) as (a, b):
+            full = short_lived.token("alice")
+            issued = time.monotonic()
+            as_caller(a, full)
+            original = keyed_call_line(a, "charge_guarded", {"amount": 100}, "order-1")[1]
+            call = {"jsonrpc": "2.0", "id": "again", "method": "tools/call",
+                    "params": {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": "order-1"}}
+            body = json.dumps(b.frame(call)).encode()
+
+            narrowed = b.post(body, {**b.headers(call), **bearer(issuer.token("alice", READ))})
+            time.sleep(max(0.0, issued + LIFETIME + 1.5 - time.monotonic()))
+            expired = b.post(body, {**b.headers(call), **bearer(full)})
+
+            for (status, headers, text), (wanted_status, wanted_error) in zip(
+                    (narrowed, expired), ((403, "insufficient_scope"), (401, "invalid_token"))):
+                assert (status, challenge(headers)) == (wanted_status, wanted_error), text
+                assert metadata_of(headers) == METADATA
+                assert "Charged" not in text  # the recorded result is not disclosed
+            assert 'scope="ledger:charge"' in narrowed[1]["www-authenticate"]  # the scope for this call only
+            seen = decisions(a, b)
+            assert seen["claimed", "order-1"] == 1 and seen["replayed", "order-1"] == 0  # the store was not consulted
+            ledger, records, _ = read_store(store)
+            assert ledger == {"balance": 100, "charges": 1}
+            assert list(records) == [json.dumps([issuer.url, "alice", "order-1"])]  # Alice's one record, no other
+
+            as_caller(b, issuer.token("alice"))
+            assert keyed_call_line(b, "charge_guarded", {"amount": 100}, "order-1")[1] == original
+            assert decisions(a, b)["replayed", "order-1"] == 1
+            assert b.ledger() == {"balance": 100, "charges": 1}
+    finally:
+        issuer.close()
+        short_lived.close()
+
+
+# ----------------------------------------------------------------------------
+# Bad tokens: 401, nothing runs, nothing recorded, no key claimed, still serving
+# ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def forgers(issuer, tmp_path_factory):
+    """The module's issuer's key file, and issuers that share its key or its name but not both, or sign for 1 s."""
+    folder = tmp_path_factory.mktemp("keys")
+    trusted = Issuer("--key", str(folder / "trusted.json"))
+    with ThreadPoolExecutor(3) as pool:
+        others = list(pool.map(lambda args: Issuer(*args), [
+            ("--key", str(folder / "trusted.json")),  # another issuer with the same key: only `iss` differs
+            ("--key", str(folder / "trusted.json"), "--issuer", trusted.url, "--lifetime", "1"),  # short-lived
+            ("--key", str(folder / "other.json"), "--issuer", trusted.url),  # the trusted name, another key
+        ]))
+    yield trusted, *others
+    for one in (trusted, *others):
+        one.close()
+
+
+@pytest.fixture(scope="module")
+def guarded(forgers):
+    """A server trusting the `forgers` fixture's first issuer, and Alice's token from it."""
+    trusted = forgers[0]
+    # The keys' URL given, as for an issuer without RFC 8414 metadata; the other tests discover it.
+    wire = start_protected(trusted, "--jwks-uri", f"{trusted.url}/jwks", token=trusted.token("alice"))
+    yield wire
+    wire.close()
+
+
+def expired(forgers) -> str:
+    """A token of the trusted issuer that has expired."""
+    token = forgers[2].token("alice")
+    time.sleep(max(0.0, parts(token)[1]["exp"] + 1.1 - time.time()))
+    return token
+
+
+CHARGE_CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "charge_guarded", "arguments": {"amount": 5}}}
+REVISIONS = ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", None]  # None: no header, read as 2025-03-26
+
+BAD_TOKENS = [  # (how the bad request is made, what the server logs about the token, or None if it never saw one)
+    pytest.param(lambda f: ({}, ""), None, id="no-token"),
+    pytest.param(lambda f: (bearer("not-a-token"), ""), "DecodeError", id="malformed"),
+    pytest.param(lambda f: (bearer(with_signature_of(f[0].token("alice"), f[0].token("bob"))), ""),
+                 "BadSignatureError", id="wrong-signature"),
+    pytest.param(lambda f: (bearer(f[0].token("alice", resource="http://elsewhere.test/mcp")), ""),
+                 "InvalidClaimError: invalid_claim: Invalid claim: 'aud'", id="other-audience"),
+    pytest.param(lambda f: (bearer(f[1].token("alice")), ""), "InvalidClaimError: invalid_claim: Invalid claim: 'iss'",
+                 id="other-issuer"),
+    pytest.param(lambda f: (bearer(expired(f)), ""), "ExpiredTokenError", id="expired"),
+    pytest.param(lambda f: (bearer(f[3].token("alice")), ""), "InvalidKeyIdError", id="unknown-kid"),
+    pytest.param(lambda f: (bearer(unsigned(f[0].token("alice"))), ""), "UnsupportedAlgorithmError", id="alg-none"),
+    pytest.param(lambda f: (bearer(hs256_with_public_key(f[0], f[0].token("alice"))), ""),
+                 "UnsupportedAlgorithmError", id="hs256-signed-with-the-public-key"),
+    pytest.param(lambda f: ({}, f"?access_token={f[0].token('alice')}"), None, id="token-in-the-query-string"),
+]
+
+
+@pytest.mark.parametrize(("bad", "logged"), BAD_TOKENS)
+def test_bad_token_gets_401_and_nothing_runs_or_is_recorded(guarded, forgers, bad, logged, request):
+    key = f"bad-{request.node.callspec.id}"
+    before = guarded.ledger()
+    headers, query = bad(forgers)
+    call = guarded.frame({"jsonrpc": "2.0", "id": "bad", "method": "tools/call",
+                          "params": {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": key}})
+    sent = {name: value for name, value in guarded.headers(call).items() if name != "Authorization"}
+    log_before = len(guarded.log())
+
+    status, answer_headers, text = guarded.post(json.dumps(call).encode(), {**sent, **headers}, path="/mcp" + query)
+
+    assert (status, challenge(answer_headers)) == (401, "invalid_token"), text
+    assert metadata_of(answer_headers) == METADATA
+    refusals = [line for line in guarded.log()[log_before:].splitlines() if "token refused" in line]
+    assert [logged in line for line in refusals] == ([] if logged is None else [True]), refusals  # for this reason
+    assert guarded.alive() and guarded.ledger() == before  # still serving; nothing ran
+    assert decisions(guarded)["claimed", key] == 0
+    # No key was claimed: a proper call with it runs once, and then replays.
+    assert text_of(guarded.charge(100, key=key)) == f"Charged 100. New balance: {before['balance'] + 100}"
+    assert text_of(guarded.charge(100, key=key)) == f"Charged 100. New balance: {before['balance'] + 100}"
+    assert guarded.ledger()["charges"] == before["charges"] + 1
+
+
+SPOILED_BY_A_READER = [  # (MCP-Protocol-Version header or None, the body as sent, the status)
+    *[pytest.param(version, json.dumps(CHARGE_CALL).encode(), 403, id=f"{version}") for version in REVISIONS],
+    # No revision takes a batch, so the gate need not look inside one: the SDK refuses it whole.
+    *[pytest.param(version, json.dumps([CHARGE_CALL]).encode(), 400, id=f"{version}-batch") for version in REVISIONS],
+    # A member given twice: the gate reads it with the SDK's own parser, so both read the last.
+    pytest.param("2026-07-28", json.dumps(CHARGE_CALL).replace('"name": "charge_guarded"', '"name": "get_balance", '
+                                                               '"name": "charge_guarded"').encode(), 403, id="name-twice"),
+]
+
+
+@pytest.mark.parametrize(("version", "body", "status"), SPOILED_BY_A_READER)
+def test_token_without_the_tools_scope_charges_nothing_on_any_revision_or_spelling(guarded, forgers, version, body,
+                                                                                   status):
+    """The scope is read from the body as the SDK reads it: every revision, a batch, a member given twice."""
+    before = guarded.ledger()
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               **({} if version is None else {"MCP-Protocol-Version": version}), **bearer(forgers[0].token("alice", READ))}
+
+    answered, _, text = guarded.post(body, headers)
+
+    assert answered == status and "Charged" not in text, text
+    assert guarded.ledger() == before
+
+
+def test_protected_resource_metadata_names_the_resource_and_its_issuer(guarded, forgers):
+    """RFC 9728, where every 401 and 403 points: the resource the tokens are for, and who issues them."""
+    connection = http.client.HTTPConnection("127.0.0.1", guarded.port, timeout=30)
+    try:
+        connection.request("GET", "/.well-known/oauth-protected-resource/mcp")
+        metadata = json.loads(connection.getresponse().read())
+    finally:
+        connection.close()
+    assert metadata["resource"] == RESOURCE and metadata["authorization_servers"] == [forgers[0].url]
+
+
+# ----------------------------------------------------------------------------
+# The issuer's keys: fetched once, cached, fetched again for an unknown kid
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # about 10 s, most of it waiting out the refetch window
+def test_keys_are_fetched_once_and_again_only_for_an_unknown_kid(tmp_path):
+    first_key, second_key = str(tmp_path / "first.json"), str(tmp_path / "second.json")
+    issuer = Issuer("--key", first_key)
+    wire = start_protected(issuer, token=issuer.token("alice"))
+    try:
+        for client in ["alice", "bob"] * 5:
+            as_caller(wire, issuer.token(client))
+            wire.charge(1, key=f"{client}-{time.monotonic_ns()}")
+        fetched_at = time.monotonic()
+        assert issuer.jwks_fetches() == 1  # twenty requests with ten tokens: one fetch
+
+        # A key rollover: the issuer restarts on its URL, signs with a new key, publishes both.
+        issuer.close()
+        issuer = Issuer("--key", first_key, "--key", second_key, port=issuer.port)
+        time.sleep(max(0.0, fetched_at + JWKS_REFETCH_SECONDS + 0.5 - time.monotonic()))
+        as_caller(wire, issuer.token("alice"))  # signed with the new key: a kid the server has not seen
+        assert "result" in wire.charge(1, key="after-rollover")
+        refetched_at = time.monotonic()
+        assert issuer.jwks_fetches() == 1
+        for client in ["alice", "bob"] * 5:
+            as_caller(wire, issuer.token(client))
+            assert "result" in wire.charge(1, key=f"{client}-{time.monotonic_ns()}")
+        assert issuer.jwks_fetches() == 1  # known again: no more fetches
+
+        # Unknown kids in a burst (an impostor under the issuer's name): at most one fetch a window, here none.
+        impostor = Issuer("--key", str(tmp_path / "impostor.json"), "--issuer", issuer.url)
+        try:
+            for _ in range(5):
+                status, _, _ = wire.post(b"{}", {**wire.headers({}), **bearer(impostor.token("alice"))})
+                assert status == 401
+        finally:
+            impostor.close()
+        assert time.monotonic() - refetched_at < JWKS_REFETCH_SECONDS, "too slow to tell a refetch from a window"
+        assert issuer.jwks_fetches() == 1
+    finally:
+        wire.close()
+        issuer.close()
+
+
+# ----------------------------------------------------------------------------
+# Without authorisation: one tenant, said at start; loopback only unless on purpose
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.targets("2x-stdio", "2x-http")
+def test_server_without_authorisation_says_at_start_that_it_serves_one_tenant(wire):
+    assert "serving one tenant" in wire.log()
+
+
+def test_non_loopback_address_without_authorisation_is_refused_unless_asked_for_on_purpose():
+    command = [sdk2_python(), str(SDK2_SERVER), "--transport", "http", "--host", "0.0.0.0",
+               "--port", str(free_port()), "--store", "memory"]
+
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    assert refused.returncode != 0
+    assert refused.stderr.strip().splitlines() == [refused.stderr.strip()]  # one line
+    assert refused.stderr.startswith("refusing to listen on 0.0.0.0 without authorisation")
+    served = subprocess.Popen([*command, "--allow-unauthenticated"], stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [served.stderr.readline() for _ in range(2)]
+        assert "serving one tenant" in lines[1], lines
+    finally:
+        served.terminate()
+        served.wait(timeout=30)
+
+
+# ----------------------------------------------------------------------------
+# Existing stores: a record of the previous version holds a bare key
+# ----------------------------------------------------------------------------
+
+
+def test_record_of_the_previous_version_with_a_bare_key_replays_to_nobody(issuer, tmp_path):
+    store = f"sqlite:{tmp_path / 'store.db'}"
+    wire = start("2x-http", "--store", store)
+    assert text_of(wire.charge(100, key="order-1")) == "Charged 100. New balance: 100"
+    wire.close()
+    # What the previous version wrote: the same record, under the bare key.
+    with contextlib.closing(sqlite3.connect(tmp_path / "store.db")) as db, db:
+        assert db.execute("UPDATE idempotency_records SET key = 'order-1'").rowcount == 1
+
+    one_tenant = start("2x-http", "--store", store)
+    try:
+        assert text_of(one_tenant.charge(100, key="order-1")) == "Charged 100. New balance: 200"
+    finally:
+        one_tenant.close()
+    alice = start_protected(issuer, "--store", store, token=issuer.token("alice", f"{CHARGE} {READ}"))
+    try:
+        assert text_of(alice.charge(100, key="order-1")) == "Charged 100. New balance: 300"
+        assert alice.ledger() == {"balance": 300, "charges": 3}
+    finally:
+        alice.close()
