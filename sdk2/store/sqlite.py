@@ -7,7 +7,7 @@ import time
 import anyio
 import anyio.to_thread
 
-from . import Full, Held, Limits, Store, StoreUnavailable, Transaction, Won, new_owner
+from . import LONGEST_WAIT, Full, Held, Limits, Store, StoreUnavailable, Transaction, Won, new_owner
 
 SCHEMA_VERSION = 2  # PRAGMA user_version; 1 was the layout with NULL patterns across columns
 
@@ -93,20 +93,20 @@ def connect(path: str, wait_seconds: float, synchronous: str) -> sqlite3.Connect
     # Set up waiting, even for a connection that must never wait later: another
     # process opening or closing the file (a fleet started at once) holds it for a
     # moment, and a set-up that refused to wait would stop this one.
-    db.execute(f"PRAGMA busy_timeout = {int(max(wait_seconds, 1) * 1000)}")
+    db.execute(f"PRAGMA busy_timeout = {int(LONGEST_WAIT * 1000)}")
     db.execute(f"PRAGMA synchronous = {synchronous}")
     db.execute(f"PRAGMA busy_timeout = {int(wait_seconds * 1000)}")
     return db
 
 
-def create_schema(path: str, wait_seconds: float) -> None:
+def create_schema(path: str) -> None:
     """Create the file and its tables once, however many processes start at the same moment;
     refuse, in one line, a file that holds another version's tables."""
     # Switching a new file to WAL fails with "database is locked" when several
     # processes try at once, even with a busy timeout: take turns on a lock file.
     with open(path + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        db = connect(path, max(wait_seconds, 1), "FULL")
+        db = connect(path, LONGEST_WAIT, "FULL")
         try:
             db.execute("PRAGMA journal_mode = WAL")
             version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -133,7 +133,7 @@ class SQLiteStore(Store):
         super().__init__(limits)
         self.url = f"sqlite:{path}"
         self.clock = clock  # the machine's clock: every process on it reads the same one
-        create_schema(path, limits.wait)
+        create_schema(path)
         # The claims made on the event loop need not reach the disk at once: a
         # completion's commit syncs the whole log, the claim's frames before it
         # included (the same argument as PostgreSQL's, P17). A claim a crash loses
