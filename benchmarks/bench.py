@@ -471,7 +471,7 @@ async def store_memory(server, records: int) -> tuple[float, int]:
             for _ in range(min(WARMUP_CALLS, records)):
                 await call(session, "charge_guarded", {"amount": 1}, str(uuid.uuid4()))
             await call(session, "get_balance", {})  # called once below: its validator is built here
-            await call(session, "reset_ledger", {})  # the ledger; the warm-up's records stay (SEP R1)...
+            await call(session, "reset_ledger", {})  # the ledger; the warm-up's records stay (R1)...
             server._dedup_store = {}  # ...so they go here: the baseline is a fresh, empty store
             server.max_records = records  # room for every record, now that the store is empty
             baseline = traced_bytes()

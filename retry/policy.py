@@ -2,7 +2,7 @@
 
 Copy this file into a client on the mcp 2.x SDK; it needs nothing else. It works for
 any tool, since it never reads the tool's schema: the key travels beside `arguments`
-(SEP W1), not inside them.
+(W1), not inside them.
 
     result = await call_tool(session, "send_email", {"to": "ada@example.com", ...})
 
@@ -22,8 +22,8 @@ project name them (our ids, not the SEP's):
 The loop is bounded: after `attempts` tries it raises GaveUp, which carries the key.
 A caller that resumes the logical call later (after GaveUp, after a restart that
 kept the key, or after finishing a URL elicitation, -32042, P6') passes it back.
-A server without `capabilities.tools.idempotency` gives no guarantee (SEP C4): check
-it first (SEP C3), and do not retry a non-idempotent tool on such a server.
+A server without `capabilities.tools.idempotency` gives no guarantee (C4): check
+it first (C3), and do not retry a non-idempotent tool on such a server.
 """
 
 import logging
@@ -45,8 +45,8 @@ CONNECTION_LOST = mcp_types.CONNECTION_CLOSED  # the transport went away with th
 UNKNOWN_OUTCOME = {TIMED_OUT, CONNECTION_LOST}
 
 # P5: the error.data.type values a client branches on. The code alone (-32602 for all
-# four here) does not say which of them is worth retrying.
-COME_BACK_LATER = {"idempotency_key_in_progress", "idempotency_store_full"}
+# of them) does not say which is worth retrying.
+COME_BACK_LATER = {"idempotency_key_in_progress", "idempotency_store_full", "idempotency_store_unavailable"}
 FINAL = {"idempotency_key_conflict", "invalid_idempotency_key"}
 
 
@@ -92,7 +92,7 @@ Connection = ClientSession | Callable[[], Awaitable[ClientSession]]
 
 
 def new_key() -> str:
-    """A fresh idempotencyKey: a random UUID, so two logical calls never share one by chance (SEP W5)."""
+    """A fresh idempotencyKey: a random UUID, so two logical calls never share one by chance (W5)."""
     return str(uuid.uuid4())
 
 

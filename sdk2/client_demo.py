@@ -36,7 +36,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp.shared.message import SessionMessage  # noqa: E402
 
-from sep3182 import CONFLICT, IN_PROGRESS, STORE_FULL  # noqa: E402
+from sep3182 import CONFLICT, IN_PROGRESS, STORE_FULL, STORE_UNAVAILABLE  # noqa: E402
 from walkthrough import HELPERS, ServerLog, say, short, verdict  # noqa: E402
 
 SERVER = Path(__file__).with_name("server.py")
@@ -257,7 +257,7 @@ async def call_until_answered(demo: Demo, name: str, arguments: dict, key: str) 
                 say("client", f"attempt {attempt}: no response within {RESPONSE_TIMEOUT}s; "
                               f"{how_the_client_gave_up(demo)}; retrying with the same key")
                 continue
-            if rejection_type(error) not in (IN_PROGRESS, STORE_FULL):
+            if rejection_type(error) not in (IN_PROGRESS, STORE_FULL, STORE_UNAVAILABLE):
                 raise  # CONFLICT, INVALID_KEY: retrying the same request cannot succeed
             say("client", f"attempt {attempt}: ← {rejection_type(error)}; backing off {back_off:.1f}s")
             await anyio.sleep(back_off)

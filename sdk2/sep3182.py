@@ -54,7 +54,7 @@ def as_json_value(value: Any) -> Any:
 
 
 def fingerprint(tool: str, arguments: dict | None) -> bytes:
-    """P3 (SEP E1-E6): a digest equal for two calls exactly when they are the same request."""
+    """P3 (E1-E6): a digest equal for two calls exactly when they are the same request."""
     # as_json_value removes member order (E2) and makes numbers compare by value
     # (E3); strings are compared as parsed, escapes already resolved, with no
     # Unicode normalisation (E4); absent arguments count as {} and _meta is never

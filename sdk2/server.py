@@ -16,8 +16,9 @@ Read it top to bottom, in the order of the SEP:
    per-tool scopes a token must carry, checked before the store is consulted (K3, P22);
 5. the capability (P14), the command line and the transports.
 
-"SEP X9" names a rule of SEP-3182 and "P9" a position this project takes where
-the SEP is silent; tests/CONFORMANCE.md lists both.
+Ids such as S1 (a rule of SEP-3182, as this project lists them) and P9 (a position it
+takes where the SEP is silent) are this project's: the SEP numbers nothing;
+tests/CONFORMANCE.md lists both.
 """
 
 import argparse
@@ -229,7 +230,7 @@ def shaped_for(result: dict, recorded_for: str, revision: str) -> dict:
 
 
 def replay(outcome: str, revision: str) -> dict:
-    """P4.4 (SEP S2): answer with the recorded outcome; the tool does not run."""
+    """P4.4 (S2): answer with the recorded outcome; the tool does not run."""
     outcome = from_json(outcome)
     if "error" in outcome:
         raise MCPError(**outcome["error"])
@@ -325,7 +326,7 @@ def answer(held: Held, fingerprint: bytes, key: str, ctx) -> dict:
     if held.fingerprint != fingerprint:  # checked first, so a mismatch is a conflict even mid-run
         log.debug("conflict: key=%r tool=%s", key, ctx.params["name"])
         raise rejection(CONFLICT, key)
-    if held.outcome is None:  # SEP S1: reject at once, never wait
+    if held.outcome is None:  # S1: reject at once, never wait
         log.debug("in progress: key=%r", key)
         raise rejection(IN_PROGRESS, key)
     log.debug("replayed: key=%r", key)
@@ -333,7 +334,7 @@ def answer(held: Held, fingerprint: bytes, key: str, ctx) -> dict:
 
 
 async def idempotent_tools_call(ctx, call_next) -> Any:
-    """SEP S0-S3: a tools/call, before any tool handler runs."""
+    """S0-S3: a tools/call, before any tool handler runs."""
     if not well_formed(ctx):
         return await call_next(ctx)  # the SDK's own error for malformed params; nothing runs
     key = key_of(ctx.params)
@@ -397,7 +398,7 @@ def record_key(ctx, key: str) -> str:
 
 
 def advertised(result: dict) -> dict:
-    """P14 (SEP C1, C2): capabilities.tools.idempotency = {}, an empty object, as the SEP defines it."""
+    """P14 (C1, C2): capabilities.tools.idempotency = {}, an empty object, as the SEP defines it."""
     result.setdefault("capabilities", {}).setdefault("tools", {})["idempotency"] = {}
     return result
 

@@ -66,14 +66,14 @@ def test_different_keys_sent_at_once_each_execute_once(slow_server):
 
 
 def test_in_progress_rejection_arrives_while_the_original_still_runs(spawn):
-    """P4.3 (SEP S1): a duplicate of a running call is rejected at once, never made to wait."""
+    """P4.3 (S1): a duplicate of a running call is rejected at once, never made to wait."""
     wire = spawn("--charge-delay", "2")
     original = wire.send_call("charge_guarded", {"amount": 100}, key="order-3")
     wire.wait_for_log("claimed: key='order-3'")  # the original holds the key and is charging
 
     duplicate = wire.send_call("charge_guarded", {"amount": 100}, key="order-3")
     rejected = wire.reply(duplicate)
-    assert rejected["error"]["code"] == -32602  # P5: the shape a client branches on (SEP S1a)
+    assert rejected["error"]["code"] == -32602  # P5: the shape a client branches on (S1a)
     assert rejected["error"]["data"] == {"type": IN_PROGRESS, "idempotencyKey": "order-3"}
     assert answered_before(wire, original, "order-3")
     assert text_of(wire.reply(original)) == "Charged 100. New balance: 100"

@@ -152,7 +152,7 @@ def test_field_named_idempotency_key_elsewhere_is_not_a_key(shared_wire, params)
 
 
 # ----------------------------------------------------------------------------
-# SEP W2: only tools/call is covered
+# W2: only tools/call is covered
 # ----------------------------------------------------------------------------
 
 

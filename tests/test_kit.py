@@ -152,7 +152,7 @@ def test_bearer_and_header_options_reach_an_http_server():
 # Against every server of ours, and every stand-in (tests/kit_targets.py; .ci/run does the same)
 # ----------------------------------------------------------------------------
 
-# P3 (SEP E1-E7, S3, S3b): "the same request", spelled as raw JSON text. These rows live
+# P3 (E1-E7, S3, S3b): "the same request", spelled as raw JSON text. These rows live
 # in the kit only (one body of checks); test_equivalence.py keeps what is ours alone, the
 # numbers a double cannot hold.
 EQUIVALENCE = ["sep-3182-equivalence-serialisation", "sep-3182-equivalence-numbers", "sep-3182-equivalence-strings",

@@ -72,7 +72,7 @@ def test_client_demo_plays_four_scenarios_over_stdio_and_http_and_each_passes(cl
 
 
 def test_client_demo_finds_the_capability_through_server_discover(client_demo_run):
-    """P14, SEP C3: the SDK's auto mode negotiates 2026-07-28 by server/discover, and the client reads it."""
+    """P14, C3: the SDK's auto mode negotiates 2026-07-28 by server/discover, and the client reads it."""
     assert client_demo_run.stdout.count("server/discover → 2026-07-28, capabilities.tools.idempotency = {}") == 2
 
 

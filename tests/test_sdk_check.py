@@ -24,7 +24,7 @@ from wire import REPLY_TIMEOUT, ROOT, SERVER, sdk2_python
 
 
 def test_capability_is_advertised_on_the_wire(wire):
-    """P11 on 1.x (the initialize result), P14 on 2.x (the server/discover result): exactly {} (SEP C1, C2)."""
+    """P11 on 1.x (the initialize result), P14 on 2.x (the server/discover result): exactly {} (C1, C2)."""
     assert wire.capabilities["tools"]["idempotency"] == {}
 
 

@@ -15,8 +15,9 @@
 //    JSON-RPC message before the SDK does, and each response before it leaves;
 // 4. the capability (P11), the command line and the transports.
 //
-// "SEP X9" names a rule of SEP-3182 and "P9" a position this project takes where
-// the SEP is silent; tests/CONFORMANCE.md lists both. Decisions go to stderr in
+// Ids such as S1 (a rule of SEP-3182, as this project lists them) and P9 (a position it
+// takes where the SEP is silent) are this project's: the SEP numbers nothing;
+// tests/CONFORMANCE.md lists both. Decisions go to stderr in
 // the same words as the Python servers, so tests and the kit can follow them.
 
 import { createHash } from "node:crypto";
@@ -119,7 +120,7 @@ function demoServer() {
     { description: "Test helper: the ground truth, the balance and how many charges were applied.",
       annotations: { readOnlyHint: true } },
     () => ({ content: [{ type: "text", text: JSON.stringify(ledger) }] }));
-  // P11 (SEP C1, C2): the SDK keeps an unknown capability on the server side, so the
+  // P11 (C1, C2): the SDK keeps an unknown capability on the server side, so the
   // initialize result carries tools.idempotency = {} (its own client's schema drops it).
   server.server.registerCapabilities({ tools: { idempotency: {} } });
   return server;
@@ -150,7 +151,7 @@ function canonical(value) {
   return `{${Object.keys(value).sort().map((name) => `${JSON.stringify(name)}:${canonical(value[name])}`).join(",")}}`;
 }
 
-/** P3 (SEP E1-E6): a digest equal for two calls exactly when they name the same tool with equal arguments. */
+/** P3 (E1-E6): a digest equal for two calls exactly when they name the same tool with equal arguments. */
 function fingerprint(params) {
   // E1: only the name and the arguments; _meta (progress token included) is never read.
   // JSON.parse already resolved escapes (E4) and read 1, 1.0 and 1e0 as one number (E3);
@@ -263,7 +264,7 @@ class Idempotent {
     }
   }
 
-  /** SEP S0-S3 (P4): a tools/call, before the SDK's handler and any tool runs. */
+  /** S0-S3 (P4): a tools/call, before the SDK's handler and any tool runs. */
   toolsCall(message, extra) {
     const { params } = message;
     const key = params.idempotencyKey; // P1: only the sibling of name and arguments is a key
@@ -295,11 +296,11 @@ class Idempotent {
       log(`conflict: key=${pythonRepr(key)} tool=${params.name}`);
       return this.reject(message, "idempotency_key_conflict", key);
     }
-    if (held.outcome === null) { // P4.3 (SEP S1): reject at once, never wait
+    if (held.outcome === null) { // P4.3 (S1): reject at once, never wait
       log(`in progress: key=${pythonRepr(key)}`);
       return this.reject(message, "idempotency_key_in_progress", key);
     }
-    log(`replayed: key=${pythonRepr(key)}`); // P4.4 (SEP S2): the recorded outcome; the tool does not run
+    log(`replayed: key=${pythonRepr(key)}`); // P4.4 (S2): the recorded outcome; the tool does not run
     return this.inner.send({ ...JSON.parse(held.outcome), jsonrpc: "2.0", id: message.id });
   }
 

@@ -3,7 +3,7 @@
 One interface, three stores, one module each, chosen by URL:
 
     memory                 memory.py: this process's dicts; a retry that lands on another
-                           instance, or after a restart, finds nothing (SEP L2's failure,
+                           instance, or after a restart, finds nothing (rule L2's failure,
                            offered to show it)
     sqlite:PATH            sqlite.py: one file, several processes on one machine (the default)
     postgresql://...       postgres.py: one server, several machines; its clock is the only

@@ -1,4 +1,4 @@
-"""memory: one process's dicts, what SEP L2 says does not satisfy the guarantee (offered to show why)."""
+"""memory: one process's dicts, what rule L2 says does not satisfy the guarantee (offered to show why)."""
 
 import time
 from collections import deque

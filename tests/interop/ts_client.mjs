@@ -53,7 +53,7 @@ function keepInitializeResult(transport) {
   return kept;
 }
 
-/** A tools/call with the key, if any, beside `arguments` (SEP W1). */
+/** A tools/call with the key, if any, beside `arguments` (W1). */
 function call(name, args, key) {
   const params = key === undefined ? { name, arguments: args } : { name, arguments: args, idempotencyKey: key };
   return client.request({ method: "tools/call", params }, CallToolResultSchema);

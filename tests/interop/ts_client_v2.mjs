@@ -45,7 +45,7 @@ function keyed(key) {
   return exchanges("tools/call").filter(({ sent }) => sent.params.idempotencyKey === key);
 }
 
-/** A tools/call with the key, if any, beside `arguments` (SEP W1); callTool sends params as given. */
+/** A tools/call with the key, if any, beside `arguments` (W1); callTool sends params as given. */
 function call(name, args, key) {
   return client.callTool(key === undefined ? { name, arguments: args } : { name, arguments: args, idempotencyKey: key });
 }

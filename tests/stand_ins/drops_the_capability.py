@@ -1,5 +1,5 @@
 """A stand-in for sdk2/server.py that breaks one rule: it deduplicates, but never declares
-capabilities.tools.idempotency (SEP C1), so a careful client cannot know it may rely on keys."""
+capabilities.tools.idempotency (C1), so a careful client cannot know it may rely on keys."""
 
 import sys
 from pathlib import Path

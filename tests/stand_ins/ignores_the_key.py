@@ -1,4 +1,4 @@
-"""A stand-in for sdk2/server.py that breaks one rule: it ignores idempotencyKey (SEP S0, S2).
+"""A stand-in for sdk2/server.py that breaks one rule: it ignores idempotencyKey (S0, S2).
 
 It still advertises the capability, so a client that checked it would trust it.
 """

@@ -1,5 +1,5 @@
 """A stand-in for sdk2/server.py that breaks one rule: a duplicate of a running call waits for the
-original and gets its result, instead of an in-progress error at once (SEP S1: SHOULD reject at once)."""
+original and gets its result, instead of an in-progress error at once (S1: SHOULD reject at once)."""
 
 import sys
 from pathlib import Path

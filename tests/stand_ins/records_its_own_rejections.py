@@ -1,5 +1,5 @@
 """A stand-in for sdk2/server.py that breaks one rule: a conflict or in-progress rejection becomes the
-key's answer from then on, so the original's own retry is refused (SEP S2: MUST return the earlier result)."""
+key's answer from then on, so the original's own retry is refused (S2: MUST return the earlier result)."""
 
 import sys
 from pathlib import Path

@@ -1,5 +1,5 @@
 """A stand-in for sdk2/server.py that breaks one rule: the same key with other arguments gets the
-recorded result back instead of a conflict (SEP S3: MUST NOT silently return the cached result)."""
+recorded result back instead of a conflict (S3: MUST NOT silently return the cached result)."""
 
 import sys
 from pathlib import Path
