@@ -49,6 +49,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lease", type=sep3182.seconds, default=sep_layer.LEASE_SECONDS, metavar="SECONDS",
                         help="how long a claim is held (P18; default: 30)")
     sep3182.add_common_options(parser)
+    # What the layer of sdk2/server.py reads of its own command line: stdio, so one tenant (P10'').
+    parser.set_defaults(transport="stdio", issuer=None)
     return parser.parse_args()
 
 
@@ -114,7 +116,7 @@ def outbox() -> dict[str, int]:
 def main() -> None:
     """Check the SDK as sdk2/server.py does, then serve over stdio."""
     global settings
-    settings = parse_args()
+    settings = sep_layer.settings = parse_args()  # the layer reads its settings where sdk2/server.py keeps them
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s", force=True)
     sep_layer.log.setLevel(logging.DEBUG if settings.verbose else logging.INFO)
     why = sep_layer.sdk_hides_the_key()  # P12': never look idempotent while deduplicating nothing
