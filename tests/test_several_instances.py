@@ -210,25 +210,40 @@ def test_instance_that_starts_while_another_is_charging_disturbs_neither(store_u
 @pytest.mark.timeout(300)
 def test_each_key_sent_to_two_instances_at_once_charges_once_in_the_shared_ledger(store_url, capsys):
     with instances(*[("--store", store_url)] * INSTANCES) as wires:
-        # Wire numbers its requests without a lock: one sender per instance at a time.
-        sending = [threading.Lock() for _ in wires]
-
-        def send(instance: int, key: str, amount: int) -> int:
-            with sending[instance]:
-                return wires[instance].send_call("charge_guarded", {"amount": amount}, key=key)
-
-        def both(i: int) -> list[dict]:
-            """Key i to instance i % 4 and (i + 1) % 4, both sent before either answer is read."""
-            key, amount = f"order-{i}", i + 1
-            sent = [(instance, send(instance, key, amount)) for instance in (i % INSTANCES, (i + 1) % INSTANCES)]
-            return [wires[instance].reply(request_id, REPLY_TIMEOUT) for instance, request_id in sent]
-
         began = time.monotonic()
-        with ThreadPoolExecutor(IN_FLIGHT // 2) as pool:
-            answers = list(pool.map(both, range(KEYS)))
+        answers = each_key_sent_to_two_instances_at_once(wires, KEYS)
         elapsed = time.monotonic() - began
         seen = decisions(*wires)
+    executed, replayed, in_progress = check_each_key_charged_once(answers, seen, store_url)
 
+    with capsys.disabled():
+        print(f"\n[several instances, {store_url.split(':')[0]}] {KEYS} keys x 2 instances of {INSTANCES}, "
+              f"<= {IN_FLIGHT} in flight: {2 * KEYS} requests in {elapsed:.1f} s ({2 * KEYS / elapsed:.0f}/s); "
+              f"{executed} executed, {replayed} replayed, {in_progress} in progress; ledger {KEYS} charges")
+
+
+def each_key_sent_to_two_instances_at_once(wires: list, keys: int) -> list[list[dict]]:
+    """Key i, for amount i + 1, to instances i and i + 1 (of however many), both sent before either
+    answer is read, with at most IN_FLIGHT requests in flight; the two answers for each key."""
+    # Wire numbers its requests without a lock: one sender per instance at a time.
+    sending = [threading.Lock() for _ in wires]
+
+    def send(instance: int, key: str, amount: int) -> int:
+        with sending[instance]:
+            return wires[instance].send_call("charge_guarded", {"amount": amount}, key=key)
+
+    def both(i: int) -> list[dict]:
+        key, amount = f"order-{i}", i + 1
+        sent = [(instance, send(instance, key, amount)) for instance in (i % len(wires), (i + 1) % len(wires))]
+        return [wires[instance].reply(request_id, REPLY_TIMEOUT) for instance, request_id in sent]
+
+    with ThreadPoolExecutor(IN_FLIGHT // 2) as pool:
+        return list(pool.map(both, range(keys)))
+
+
+def check_each_key_charged_once(answers: list[list[dict]], seen, store_url: str) -> tuple[int, int, int]:
+    """Each key ran once, its other copy was its replay or in progress, and the store, read
+    directly, holds exactly the recorded charges; how many executed, replayed, were in progress."""
     executed = replayed = in_progress = 0
     for i, replies in enumerate(answers):
         key, amount = f"order-{i}", i + 1
@@ -247,14 +262,11 @@ def test_each_key_sent_to_two_instances_at_once_charges_once_in_the_shared_ledge
 
     completed, running = audit(store_url)
     assert not running
-    assert {key: amount for key, (amount, _) in completed.items()} == {f"order-{i}": i + 1 for i in range(KEYS)}
+    assert {key: amount for key, (amount, _) in completed.items()} == {f"order-{i}": i + 1 for i in range(len(answers))}
     # The balance each client was shown is the one recorded for its key.
     for i, replies in enumerate(answers):
         shown = next(reply["result"] for reply in replies if "result" in reply)["content"][0]["text"]
         assert int(CHARGED.fullmatch(shown)[2]) == completed[f"order-{i}"][1]
-    assert read_store(store_url)[0] == {"balance": KEYS * (KEYS + 1) // 2, "charges": KEYS}
-
-    with capsys.disabled():
-        print(f"\n[several instances, {store_url.split(':')[0]}] {KEYS} keys x 2 instances of {INSTANCES}, "
-              f"<= {IN_FLIGHT} in flight: {2 * KEYS} requests in {elapsed:.1f} s ({2 * KEYS / elapsed:.0f}/s); "
-              f"{executed} executed, {replayed} replayed, {in_progress} in progress; ledger {KEYS} charges")
+    keys = len(answers)
+    assert read_store(store_url)[0] == {"balance": keys * (keys + 1) // 2, "charges": keys}
+    return executed, replayed, in_progress

@@ -10,15 +10,17 @@ command the client sent for a lease, a pooled connection for `limits.wait`. The
 isolation level is pinned to READ COMMITTED, whatever the server's default: the
 claim relies on each statement seeing what committed before it.
 
-Behind a pooler in transaction mode (pgbouncer): every lock is transaction-scoped.
-asyncpg prepares its statements by name, once per connection; with its cache off
-(statement_cache_size=0) each statement would take two round trips instead of one,
-so the cache stays on: a pooler must keep prepared statements per server connection
-(pgbouncer 1.21 or later, max_prepared_statements > 0) and pass the session settings
-below (or they are set on the role). Not tested behind one here.
+Behind a pooler in transaction mode (pgbouncer), the URL says so: `?pooler=transaction`.
+Every lock is transaction-scoped already. A pooled connection is another server session
+from one transaction to the next, so the store then rests nothing on the session: it
+sends no session settings (pgbouncer refuses them at connect) but finds them on the
+database, or refuses to start with the one line that sets them; and it turns asyncpg's
+named prepared statements off (pgbouncer before 1.21 loses them), so each statement
+takes two round trips instead of one. Tested behind pgbouncer 1.18 (tests/test_pooler.py).
 """
 
 from importlib.resources import files
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import asyncpg
 
@@ -91,6 +93,29 @@ async def create_schema(db, url: str) -> None:
                                f"server reads version {SCHEMA_VERSION}: use an empty database")
 
 
+# What the URL adds to say that a transaction-mode pooler sits between (see the docstring).
+POOLER = ("pooler", "transaction")
+
+
+def behind_pooler(url: str) -> tuple[str, bool]:
+    """The URL asyncpg reads, and whether it named a transaction-mode pooler."""
+    parts = urlsplit(url)
+    options = parse_qsl(parts.query)
+    kept = [option for option in options if option != POOLER]
+    return parts._replace(query=urlencode(kept)).geturl(), len(kept) < len(options)
+
+
+async def check_database_settings(db, limits: Limits) -> None:
+    """Behind a pooler, the session settings must be the database's own; else refuse, saying how to set them."""
+    wanted = session_settings(limits)
+    found = dict(await db.fetch("SELECT name, setting FROM pg_settings WHERE name = any($1::text[])", list(wanted)))
+    if found != wanted:
+        database = await db.fetchval("SELECT current_database()")
+        fix = "; ".join(f"ALTER DATABASE {database} SET {name} = '{value}'" for name, value in wanted.items())
+        raise RuntimeError(f"behind a pooler the store needs these settings on the database: {fix}; "
+                           "then make the pooler open new connections (pgbouncer: RECONNECT)")
+
+
 class PostgresStore(Store):
     """One PostgreSQL database, through asyncpg's connection pool."""
 
@@ -102,10 +127,14 @@ class PostgresStore(Store):
     async def open(cls, url: str, limits: Limits) -> "PostgresStore":
         # Each connection is used for one transaction at a time and keeps no session
         # state, so the pool need not reset it on release: that is a round trip a use.
+        url, pooled = behind_pooler(url)
+        session = {"statement_cache_size": 0} if pooled else {"server_settings": session_settings(limits)}
         pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=no_reset,
-                                         command_timeout=limits.lease, server_settings=session_settings(limits))
+                                         command_timeout=limits.lease, **session)
         try:
             async with pool.acquire() as db:
+                if pooled:
+                    await check_database_settings(db, limits)
                 await create_schema(db, url)
         except BaseException:
             await pool.close()
