@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench.py [--calls N] [--repeats N] [--records N] [--in-flight N]
         [--clients N] [--scale-calls N] [--postgres URL] [--sections 123456] [--server PATH] [--write PATH]
 
-    e.g. .venv/bin/python benchmarks/bench.py --write benchmarks/RESULTS.md   (about 8 minutes on 2 cores)
+    e.g. .venv/bin/python benchmarks/bench.py --write benchmarks/RESULTS.md   (about 12 minutes on 2 shared cores)
 
 It runs with the mcp 1.x environment (.venv) and starts the mcp 2.x server with
 .venv-2x (or $SEP3182_SDK2_PYTHON), as tests/wire.py does.
