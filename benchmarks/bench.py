@@ -1,9 +1,9 @@
-"""What an idempotencyKey costs both servers, in five measurements.
+"""What an idempotencyKey costs both servers, in six measurements.
 
     .venv/bin/python benchmarks/bench.py [--calls N] [--repeats N] [--records N] [--in-flight N]
-        [--clients N] [--scale-calls N] [--postgres URL] [--sections 12345] [--server PATH] [--write PATH]
+        [--clients N] [--scale-calls N] [--postgres URL] [--sections 123456] [--server PATH] [--write PATH]
 
-    e.g. .venv/bin/python benchmarks/bench.py --write benchmarks/RESULTS.md   (about 4 minutes on 2 cores)
+    e.g. .venv/bin/python benchmarks/bench.py --write benchmarks/RESULTS.md   (about 12 minutes on 2 shared cores)
 
 It runs with the mcp 1.x environment (.venv) and starts the mcp 2.x server with
 .venv-2x (or $SEP3182_SDK2_PYTHON), as tests/wire.py does.
@@ -22,7 +22,12 @@ It runs with the mcp 1.x environment (.venv) and starts the mcp 2.x server with
 5. the shared stores of the 2.x server over HTTP, SQLite and PostgreSQL: the
    round trip of section 1 against a call without a key that writes the same
    ledger, the bytes one record takes in each store, and the calls per second of
-   four instances on one store against one instance.
+   four instances on one store against one instance;
+6. authorisation: the round trip of section 1 on the 2.x server over HTTP, on the
+   memory, SQLite and PostgreSQL stores, each measured without authorisation and,
+   interleaved with it, as an OAuth resource server (--issuer, the real issuer of
+   sdk2/issuer.py, a bearer token on every call): keyed over unkeyed in both, and
+   what the token's check adds to every request, keyed or not.
 
 Every target is printed with MET or MISSED. A missed target is a finding, so it
 never fails the run; a wrong answer (an error reply, a charge too many or too
@@ -37,10 +42,10 @@ configuration says --verbose: wire.start() always passes --verbose, which the
 tests need for their log assertions and a user's server does not have. Over HTTP
 the timed calls use one kept-alive connection per client, as the SDK's own
 client (httpx) does, rather than the wire's fresh connection and thread per
-message, so that less of each figure is the harness. Section 5 needs a PostgreSQL
-server for its PostgreSQL rows (--postgres, default $SEP3182_POSTGRES): it makes a
-database of its own there and drops it afterwards; without one those rows say
-"not measured".
+message, so that less of each figure is the harness. Sections 5 and 6 need a
+PostgreSQL server for their PostgreSQL rows (--postgres, default $SEP3182_POSTGRES):
+they make databases of their own there and drop them afterwards; without one those
+rows say "not measured".
 """
 
 import argparse
@@ -77,6 +82,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "sdk2"), str(ROOT / "tests")]
 import sep3182  # noqa: E402
 from client_demo import call_tool  # noqa: E402
+from oauth import RESOURCE, Issuer, bearer  # noqa: E402
 from wire import (  # noqa: E402
     ABSENT, REPLY_TIMEOUT, SDK2_SERVER, SERVER, TARGETS, HttpWire, LegacyStdioWire, ModernStdioWire, Wire,
     free_port, sdk2_python, with_envelope,
@@ -146,8 +152,10 @@ def progress(message: str) -> None:
 # ----------------------------------------------------------------------------
 
 
-def launch(target: str, *server_args: str, verbose: bool = False, server: Path | None = None) -> Wire:
-    """tests/wire.py's start(), but quiet unless `verbose`; a 2.x server is given its --store by the caller."""
+def launch(target: str, *server_args: str, verbose: bool = False, server: Path | None = None,
+           headers: dict | None = None) -> Wire:
+    """tests/wire.py's start(), but quiet unless `verbose`; a 2.x server is given its --store by the caller,
+    and over HTTP `headers` (a bearer token) with every message."""
     flags = ["--verbose"] if verbose else []
     if target == "1x-stdio":
         return LegacyStdioWire(target, [sys.executable, str(server or SERVER), *flags, *server_args])
@@ -155,7 +163,7 @@ def launch(target: str, *server_args: str, verbose: bool = False, server: Path |
     if target == "2x-stdio":
         return ModernStdioWire(target, command)
     port = free_port()
-    return HttpWire(target, [*command, "--transport", "http", "--port", str(port)], port)
+    return HttpWire(target, [*command, "--transport", "http", "--port", str(port)], port, headers=headers)
 
 
 def launch_all(*specs: tuple[tuple, dict]) -> list[Wire]:
@@ -580,7 +588,7 @@ class Postgres:
 
     def __init__(self, url: str | None):
         self.admin_url, self.version, self.missing = url, None, None
-        self.name = self.url = None  # the bench's own database, while it exists
+        self.names: list[str] = []  # the bench's own databases, while they exist
         if not url:
             self.missing = "no PostgreSQL: pass --postgres URL or set SEP3182_POSTGRES"
             return
@@ -604,23 +612,22 @@ class Postgres:
             await connection.close()
 
     def create(self) -> str:
-        """A new, empty database on the server; its URL."""
-        self.name = f"bench_{uuid.uuid4().hex[:12]}"
-        anyio.run(self._fetch, self.admin_url, "SELECT 1", f"CREATE DATABASE {self.name}")
-        self.url = self.admin_url.rsplit("/", 1)[0] + "/" + self.name
-        return self.url
+        """A new, empty database on the server, dropped by drop(); its URL."""
+        self.names.append(f"bench_{uuid.uuid4().hex[:12]}")
+        anyio.run(self._fetch, self.admin_url, "SELECT 1", f"CREATE DATABASE {self.names[-1]}")
+        return self.admin_url.rsplit("/", 1)[0] + "/" + self.names[-1]
 
     def drop(self) -> None:
-        if self.url is not None:
-            anyio.run(self._fetch, self.admin_url, "SELECT 1", f"DROP DATABASE {self.name} WITH (FORCE)")
-            self.url = None
+        """Drop every database create() made."""
+        while self.names:
+            anyio.run(self._fetch, self.admin_url, "SELECT 1", f"DROP DATABASE {self.names.pop()} WITH (FORCE)")
 
-    def size(self, vacuum: bool = False) -> tuple[int, int, int]:
+    def size(self, url: str, vacuum: bool = False) -> tuple[int, int, int]:
         """Bytes of the records table (indexes, TOAST), its rows and their outcomes' bytes; VACUUM FULL first if so."""
         query = ("SELECT concat_ws(' ', pg_total_relation_size('idempotency_records'), count(*), "
                  "coalesce(sum(octet_length(outcome)), 0)) FROM idempotency_records")
         before = ["VACUUM FULL idempotency_records"] if vacuum else []
-        size, rows, outcomes = anyio.run(self._fetch, self.url, query, *before).split()
+        size, rows, outcomes = anyio.run(self._fetch, url, query, *before).split()
         return int(size), int(rows), int(outcomes)
 
 
@@ -694,7 +701,8 @@ def shared_stores(calls: int, clients: int, scale_calls: int, postgres: Postgres
     stores = [Store("SQLite", f"sqlite:{folder / 'store.db'}", functools.partial(sqlite_size, folder / "store.db"))]
     try:
         if postgres.missing is None:
-            stores.append(Store("PostgreSQL", postgres.create(), postgres.size))
+            url = postgres.create()
+            stores.append(Store("PostgreSQL", url, functools.partial(postgres.size, url)))
         progress(f"5. shared stores: {INSTANCES} instances on each of {', '.join(s.label for s in stores)}")
         room = room_for(1 + min(WARMUP_ROUNDS, calls) + calls + (1 + ROUNDS) * 2 * scale_calls)
         wires = launch_all(*[(("2x-http", "--store", store.url, *room), {})
@@ -795,10 +803,95 @@ def report_stores(stores: list[Store], postgres: Postgres, calls: int, clients: 
 
 
 # ----------------------------------------------------------------------------
+# 6. Authorisation: the round trip with OAuth on, beside the same without it
+# ----------------------------------------------------------------------------
+
+# Each store's targets, as sections 1 and 5 set them: a token's check must leave them met.
+AUTH_TARGETS = {"memory": (KEYED_TARGET, REPLAY_TARGET),
+                "SQLite": (STORE_KEYED_TARGET["SQLite"], STORE_REPLAY_TARGET),
+                "PostgreSQL": (STORE_KEYED_TARGET["PostgreSQL"], STORE_REPLAY_TARGET)}
+WITHOUT, WITH = "no authorisation", "OAuth, --issuer"
+
+
+def new_store(label: str, folder: Path, postgres: Postgres) -> str:
+    """A new, empty store of the kind `label` names: memory, a SQLite file in `folder`, or a PostgreSQL database."""
+    if label == "memory":
+        return "memory"
+    return f"sqlite:{folder / uuid.uuid4().hex}.db" if label == "SQLite" else postgres.create()
+
+
+def authorisation(calls: int, postgres: Postgres) -> None:
+    """Section 6: each store without and with OAuth, every server in one interleaved loop, on a store of its own."""
+    folder = Path(tempfile.mkdtemp(prefix="sep3182-bench-"))
+    labels = [label for label in AUTH_TARGETS if label != "PostgreSQL" or postgres.missing is None]
+    configurations = [(label, mode) for label in labels for mode in (WITHOUT, WITH)]
+    issuer = Issuer()  # the real one, as the tests start it: Authlib, client credentials, RS256 JWTs
+    try:
+        progress(f"6. authorisation: {', '.join(labels)}, each without and with OAuth, "
+                 f"{min(WARMUP_ROUNDS, calls)} warm-up rounds, then {calls} rounds of 3 calls")
+        room = room_for(1 + min(WARMUP_ROUNDS, calls) + calls)
+        oauth = ("--issuer", issuer.url, "--resource", RESOURCE)
+        wires = launch_all(*[(("2x-http", "--store", new_store(label, folder, postgres), *room,
+                               *(oauth if mode == WITH else ())),
+                              {"headers": bearer(issuer.token("alice")) if mode == WITH else None})
+                             for label, mode in configurations])
+        try:
+            subjects = {(label, mode): Subject(f"{label}, {mode}", wire, *AUTH_TARGETS[label])
+                        for (label, mode), wire in zip(configurations, wires)}
+            round_trips(list(subjects.values()), calls)
+        finally:
+            close_all(wires)
+    finally:
+        issuer.close()
+        postgres.drop()
+        shutil.rmtree(folder, ignore_errors=True)
+    report_authorisation(subjects, postgres, calls)
+
+
+def report_authorisation(subjects: dict[tuple[str, str], Subject], postgres: Postgres, calls: int) -> None:
+    """Section 6's two tables: every round trip, then the ratios side by side and what the token's check adds."""
+    missing = f"not measured ({postgres.missing})"
+    rows = []
+    for label in AUTH_TARGETS:
+        for mode in (WITHOUT, WITH):
+            if (label, mode) in subjects:
+                rows += round_trip_rows(subjects[label, mode])
+            else:
+                rows.append([f"{label}, {mode}", missing, "", "", "", "", ""])
+    print_table(f"6a. Authorisation: round trip over HTTP on the 2.x server, quiet, without and with OAuth "
+                f"({calls} calls of each kind, interleaved)", ROUND_TRIP_COLUMNS, rows,
+                "Every server ran on a store of its own (a SQLite file, a PostgreSQL database), all of them "
+                "measured in one loop, interleaved call by call. With OAuth, the server trusts the real issuer "
+                "(sdk2/issuer.py) and every call carries one bearer access token (RS256, both scopes); the "
+                "targets are each store's, as in sections 1 and 5.")
+
+    rows = []
+    for label in AUTH_TARGETS:
+        if (label, WITH) not in subjects:
+            rows.append([label, missing, "", "", "", "", ""])
+            continue
+        median = {(mode, kind): percentile(subjects[label, mode].samples[kind], 50)
+                  for mode in (WITHOUT, WITH) for kind in KINDS}
+        rows.append([label, *(f"{median[mode, kind] / median[mode, UNKEYED]:.3f}"
+                              for kind in (FRESH, REPLAY) for mode in (WITHOUT, WITH)),
+                     f"{median[WITH, UNKEYED] / median[WITHOUT, UNKEYED]:.3f}",
+                     f"{median[WITH, UNKEYED] - median[WITHOUT, UNKEYED]:.0f}"])
+    print_table("6b. Authorisation: keyed over unkeyed without and with OAuth, and what the token's check costs",
+                ["store", "executes / unkeyed, without", "executes / unkeyed, with OAuth", "replay / unkeyed, without",
+                 "replay / unkeyed, with OAuth", "unkeyed with OAuth / without", "µs added per request"], rows,
+                "Medians of 6a. The first four columns are what a key costs with authorisation off and on: the "
+                "record's key holds the token's issuer and subject, so scoping adds no store round trip. The last "
+                "two are what authorisation costs every request, keyed or not: the SDK's bearer check (joserfc "
+                "verifies the token's RS256 signature against the cached JWKS, then its claims) and the "
+                "per-tool scope check, which reads the body once more. No target: the price of OAuth, not of "
+                "the key.")
+
+
+# ----------------------------------------------------------------------------
 # The command line
 # ----------------------------------------------------------------------------
 
-SECTIONS = "12345"
+SECTIONS = "123456"
 
 
 def parse_args() -> argparse.Namespace:
@@ -806,7 +899,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", type=Path, default=SERVER, help="the 1.x server script (default: server.py)")
     parser.add_argument("--calls", type=int, default=1000, metavar="N",
-                        help="sections 1 and 5: calls of each kind on each server (default: 1000)")
+                        help="sections 1, 5 and 6: calls of each kind on each server (default: 1000)")
     parser.add_argument("--repeats", type=int, default=100, metavar="N",
                         help="section 2: repetitions at each size (default: 100)")
     parser.add_argument("--records", type=int, default=10_000, metavar="N",
@@ -818,9 +911,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--scale-calls", type=int, default=400, metavar="N",
                         help="section 5: keyed calls in each round on 1 and on 4 instances (default: 400)")
     parser.add_argument("--postgres", default=os.environ.get("SEP3182_POSTGRES"), metavar="URL",
-                        help="section 5: a PostgreSQL server to make a database on (default: $SEP3182_POSTGRES)")
+                        help="sections 5 and 6: a PostgreSQL server to make databases on "
+                             "(default: $SEP3182_POSTGRES)")
     parser.add_argument("--sections", default=SECTIONS, metavar="DIGITS",
-                        help="which sections to run, e.g. 15 (default: 12345)")
+                        help=f"which sections to run, e.g. 15 (default: {SECTIONS})")
     parser.add_argument("--write", type=Path, metavar="PATH",
                         help="also write the tables, under a header line, to PATH (e.g. benchmarks/RESULTS.md)")
     args = parser.parse_args()
@@ -843,7 +937,7 @@ def main() -> None:
     """Print the header, then each section as it finishes; --write the whole report at the end."""
     args = parse_args()
     server_path = args.server.resolve()
-    postgres = Postgres(args.postgres if "5" in args.sections else None)
+    postgres = Postgres(args.postgres if {"5", "6"} & set(args.sections) else None)
     mcp2, sqlite = sdk2_versions()
     started = time.monotonic()
     emit("# SEP-3182 idempotency benchmark\n")
@@ -864,6 +958,8 @@ def main() -> None:
         concurrency(server_path, args.in_flight)
     if "5" in args.sections:
         shared_stores(args.calls, args.clients, args.scale_calls, postgres)
+    if "6" in args.sections:
+        authorisation(args.calls, postgres)
     progress(f"done in {time.monotonic() - started:.0f} s")
     if args.write:
         args.write.write_text("\n".join(REPORT) + "\n", encoding="utf-8")

@@ -12,7 +12,9 @@ Three parts, each plugged into the mcp 2.x SDK's own auth hooks:
    token lacks that tool's scope gets 403 `insufficient_scope`, before any MCP handler
    runs, so before the idempotency store is consulted. A replay is a request like any
    other: it passes this gate at the time it is made, or discloses nothing (K3, P22).
-3. `auth_settings()`: the SDK's `AuthSettings` for a resource server.
+   It also names the scopes in the SDK's 401 challenge (RFC 6750 section 3).
+3. `auth_settings()`: the SDK's `AuthSettings` for a resource server, and
+   `listing_scopes()`: its RFC 9728 metadata with `scopes_supported`.
 
 The claims this server needs from any issuer (Keycloak, Auth0, Entra ID or sdk2/issuer.py):
 a JWS signed with RS256 or ES256 whose header names its key (`kid`) in the issuer's JWKS;
@@ -37,7 +39,7 @@ from joserfc.jwk import KeySet
 from joserfc.jwt import JWTClaimsRegistry
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from mcp.server.auth.routes import build_resource_metadata_url
+from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from pydantic_core import from_json
@@ -116,22 +118,40 @@ def auth_settings(issuer: str, resource: str) -> AuthSettings:
     return AuthSettings(issuer_url=issuer, resource_server_url=resource, validate_token_resource=False)
 
 
+def listing_scopes(app, settings: AuthSettings, scopes: list[str]) -> None:
+    """RFC 9728 metadata listing the scopes this server uses (`scopes_supported`): what a client may ask for."""
+    # The SDK lists AuthSettings.required_scopes there, but its middleware then requires every one
+    # of them on every request, and a ledger:read token could not read the balance. So the SDK's
+    # own public function builds the same metadata route with the scopes listed, and it takes the
+    # place of the route the SDK built without them.
+    listed = create_protected_resource_routes(settings.resource_server_url, [settings.issuer_url],
+                                              scopes_supported=scopes)
+    paths = {route.path for route in listed}
+    app.router.routes[:] = [*listed, *(route for route in app.router.routes
+                                       if getattr(route, "path", None) not in paths)]
+
+
 # ----------------------------------------------------------------------------
 # Per-tool scopes: 403 before any handler runs (K3, P22)
 # ----------------------------------------------------------------------------
 
 
 class ScopeGate:
-    """An ASGI middleware after the SDK's authentication: a tools/call needs its tool's scope, or gets 403."""
+    """An ASGI middleware after the SDK's authentication: a tools/call needs its tool's scope, or gets 403;
+    a 401 names the scopes."""
 
     def __init__(self, app, scopes: dict[str, str], resource: str):
         self.app, self.scopes = app, scopes
         self.metadata = str(build_resource_metadata_url(resource))
+        self.every_scope = sorted(set(scopes.values()))
 
     async def __call__(self, scope, receive, send):
         user = scope.get("user")
-        if scope["type"] != "http" or scope["method"] != "POST" or not isinstance(user, AuthenticatedUser):
-            return await self.app(scope, receive, send)  # no valid token: the SDK answers 401 itself
+        if scope["type"] == "http" and not isinstance(user, AuthenticatedUser):
+            # No valid token: the SDK answers 401 itself; its challenge is told the scopes.
+            return await self.app(scope, receive, naming_scopes(send, self.every_scope))
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
         body, more = await body_up_to(receive, DEFAULT_MAX_REQUEST_BODY_SIZE)
         needed = None if more else self.scope_needed(body)  # too large: the SDK answers 413; nothing runs
         if needed is not None and needed not in user.scopes:
@@ -159,6 +179,21 @@ class ScopeGate:
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"www-authenticate", challenge.encode())]})
         await send({"type": "http.response.body", "body": body})
+
+
+def naming_scopes(send, scopes: list[str]):
+    """A `send` that adds `scope` to a 401's Bearer challenge: every scope this server uses (RFC 6750 section 3)."""
+    # The MCP authorization spec asks for it (SHOULD), and a client asks its issuer for what
+    # it names; the SDK's 401 has no parameter for it, so it is added to the header it sends.
+    named = f', scope="{" ".join(scopes)}"'.encode()
+
+    async def sending(message):
+        if message["type"] == "http.response.start" and message["status"] == 401:
+            message = {**message, "headers": [(name, value + named if name.lower() == b"www-authenticate" else value)
+                                              for name, value in message["headers"]]}
+        await send(message)
+
+    return sending
 
 
 async def body_up_to(receive, limit: int) -> tuple[bytes, bool]:

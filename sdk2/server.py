@@ -495,6 +495,7 @@ def http_app():
     if settings.issuer is not None:
         # Innermost, after the SDK's authentication: the verified token is known, no handler has run.
         app.user_middleware.append(Middleware(auth.ScopeGate, scopes=TOOL_SCOPES, resource=settings.resource))
+        auth.listing_scopes(app, mcp.settings.auth, sorted(set(TOOL_SCOPES.values())))
     return app
 
 

@@ -154,8 +154,19 @@ def challenge(headers: dict) -> str | None:
     return found and found[1]
 
 
+def challenge_parameter(headers: dict, name: str) -> str | None:
+    """One parameter of the WWW-Authenticate: Bearer challenge, if it is there."""
+    value = {header.lower(): value for header, value in headers.items()}["www-authenticate"]
+    found = re.search(rf'\b{name}="([^"]*)"', value)
+    return found and found[1]
+
+
 def metadata_of(headers: dict) -> str:
     """The resource_metadata URL a challenge points at (RFC 9728)."""
-    value = {name.lower(): value for name, value in headers.items()}["www-authenticate"]
-    return re.search(r'resource_metadata="([^"]+)"', value)[1]
+    return challenge_parameter(headers, "resource_metadata")
+
+
+def scope_of(headers: dict) -> str | None:
+    """The scopes a challenge names, separated by spaces (RFC 6750 section 3)."""
+    return challenge_parameter(headers, "scope")
 

@@ -37,6 +37,27 @@ def read_store(url: str) -> tuple[dict, dict, int]:
     return anyio.run(fetch)
 
 
+def execute(url: str, statement: str) -> int:
+    """Run one SQL statement on the store directly, as an older version or an operator would; the rows it
+    touched (-1 for a statement that touches none, as sqlite3 counts)."""
+    if url.startswith("sqlite:"):
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:"))) as db, db:
+            return db.execute(statement).rowcount
+
+    import anyio
+    import asyncpg
+
+    async def run():
+        db = await asyncpg.connect(url)
+        try:
+            status = await db.execute(statement)  # e.g. "UPDATE 1", or "CREATE TABLE"
+        finally:
+            await db.close()
+        return int(status.split()[-1]) if status.split()[-1].isdigit() else -1
+
+    return anyio.run(run)
+
+
 CHARGED = re.compile(r"Charged (\d+)\. New balance: (\d+)")
 
 
@@ -66,7 +87,8 @@ def audit(url: str) -> tuple[dict, set]:
     return completed, {key for key, outcome in records.items() if outcome is None}
 
 
-DECISION = re.compile(r"idempotency: (claimed|recorded|replayed|in progress|conflict|lease lost): key='([^']*)'")
+DECISION = re.compile(r"idempotency: (claimed|recorded|replayed|in progress|conflict|lease lost|store full): "
+                      r"key='([^']*)'")
 
 
 def decisions(*wires) -> Counter:

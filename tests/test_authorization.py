@@ -7,23 +7,24 @@ credentials for Alice and Bob; the forged ones are made the way an attacker make
 
 - K2, P21: Bob sending keys Alice used gets exactly the answers he gets where she used
   other keys, byte for byte apart from JSON-RPC ids: his own execution, his own replay,
-  his own conflict; never her result, her conflict or her call in progress. On memory,
-  SQLite and PostgreSQL, on one instance and across two on one store.
+  his own conflict, and store full once her last key filled the bound; never her result,
+  her conflict or her call in progress. On memory, SQLite and PostgreSQL, on one instance
+  and across two on one store.
 - K3, P22: Alice's replay with a token narrowed to ledger:read gets 403 insufficient_scope,
   and with an expired token 401; neither discloses the result or records anything; her
   retry with a proper token then replays the original record.
-- Bad tokens: each gets 401 `invalid_token` pointing at the RFC 9728 metadata; nothing runs,
-  nothing is recorded, no key is claimed, and the server keeps serving.
+- Bad tokens: each gets 401 `invalid_token` pointing at the RFC 9728 metadata, which lists
+  the scopes the server uses, as the challenge does; nothing runs, nothing is recorded, no
+  key is claimed, and the server keeps serving.
 - The issuer's keys are fetched once, and again only for a kid the server does not know.
 - Without authorisation: the server says it serves one tenant, and will not listen on a
   non-loopback address unless told to on purpose; records of the previous version, keyed
-  by the bare key, replay to nobody.
+  by the bare key, replay to nobody, on SQLite and PostgreSQL.
 """
 
 import contextlib
 import http.client
 import json
-import sqlite3
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,13 +33,14 @@ import pytest
 
 from conftest import postgres_database
 from oauth import (CHARGE, READ, RESOURCE, Issuer, as_caller, bearer, challenge, hs256_with_public_key, metadata_of,
-                   parts, start_protected, unsigned, with_signature_of)
-from stores import decisions, read_store
-from wire import CONFLICT, SDK2_SERVER, error_type, free_port, keyed_call_line, sdk2_python, start, text_of
+                   parts, scope_of, start_protected, unsigned, with_signature_of)
+from stores import decisions, execute, read_store
+from wire import CONFLICT, SDK2_SERVER, STORE_FULL, error_type, free_port, keyed_call_line, sdk2_python, start, text_of
 
 pytestmark = pytest.mark.targets("2x-http")
 
 METADATA = "http://ledger.test/.well-known/oauth-protected-resource/mcp"  # RFC 9728, for RESOURCE
+EVERY_SCOPE = f"{CHARGE} {READ}"  # what a 401 names: every scope the server uses, as its metadata lists them
 JWKS_REFETCH_SECONDS = 5.0  # sdk2/auth.py: an unknown kid fetches the keys again at most this often
 
 
@@ -60,10 +62,16 @@ def fresh_store(kind: str, tmp_path, name: str):
         yield "memory" if kind == "memory" else f"sqlite:{tmp_path / name}.db"
 
 
+# P9's bound, counted over every principal's records: the six that Alice's and Bob's first
+# calls leave, and room for one more.
+BOUND = 7
+
+
 @contextlib.contextmanager
 def deployment(issuer: Issuer, store: str, instances: int, token: str):
-    """One or two instances trusting `issuer` on one store; the first takes a second over each charge."""
-    command_lines = [("--store", store, "--charge-delay", "0.5" if instances == 2 else "0.3"), ("--store", store)]
+    """One or two instances trusting `issuer` on one store, bounded; the first takes a second over each charge."""
+    bounded = ("--store", store, "--max-records", str(BOUND))
+    command_lines = [(*bounded, "--charge-delay", "0.5" if instances == 2 else "0.3"), bounded]
     with ThreadPoolExecutor(instances) as pool:
         wires = list(pool.map(lambda args: start_protected(issuer, *args, token=token), command_lines[:instances]))
     try:
@@ -77,11 +85,11 @@ def deployment(issuer: Issuer, store: str, instances: int, token: str):
 # K2, P21: another principal's key is a new key, and nothing about it shows
 # ----------------------------------------------------------------------------
 
-BOBS_KEYS = ("order-1", "order-2", "order-3")
-OTHER_KEYS = ("other-1", "other-2", "other-3")  # what Alice uses instead in the world where nobody shares Bob's keys
+BOBS_KEYS = ("order-1", "order-2", "order-3", "order-4")
+OTHER_KEYS = ("other-1", "other-2", "other-3", "other-4")  # Alice's instead, in the world where nobody shares Bob's
 
 
-def bobs_answers(issuer: Issuer, a, b, alices_keys: tuple[str, str, str]) -> tuple[list[str], dict]:
+def bobs_answers(issuer: Issuer, a, b, alices_keys: tuple[str, ...]) -> tuple[list[str], dict]:
     """Alice calls with her keys on A; then Bob, on B, with his; Bob's answers without their ids, and the ledger."""
     alice, bob = issuer.token("alice"), issuer.token("bob")
     as_caller(a, alice)
@@ -100,6 +108,10 @@ def bobs_answers(issuer: Issuer, a, b, alices_keys: tuple[str, str, str]) -> tup
     as_caller(b, bob)
     answers.append(keyed_call_line(b, "charge_guarded", {"amount": 50}, BOBS_KEYS[2])[1])  # her key while her call runs
     assert "result" in a.reply(running)
+    as_caller(a, alice)
+    keyed_call_line(a, "charge_guarded", {"amount": 20}, alices_keys[3])  # the last room under the bound
+    as_caller(b, bob)
+    answers.append(keyed_call_line(b, "charge_guarded", {"amount": 20}, BOBS_KEYS[3])[1])  # her key, her arguments: full
     return answers, b.ledger()
 
 
@@ -118,14 +130,17 @@ def test_another_principal_sending_a_used_key_gets_exactly_what_it_gets_had_nobo
         unused, ledger_unused = bobs_answers(issuer, a, b, OTHER_KEYS)
 
     assert used == unused  # byte for byte, ids aside: Alice's use of the keys shows nowhere
-    assert ledger_used == ledger_unused == {"balance": 100 + 30 + 40 + 100 + 70 + 50, "charges": 6}
-    first, replay, conflict, other_arguments, while_running = (json.loads("{" + answer) for answer in used)
+    assert ledger_used == ledger_unused == {"balance": 100 + 30 + 40 + 20 + 100 + 70 + 50, "charges": 7}
+    first, replay, conflict, other_arguments, while_running, full = (json.loads("{" + answer) for answer in used)
     assert text_of(first) == "Charged 100. New balance: 230"  # after Alice's 100 and 30: his own charge
     assert replay == first
     assert error_type(conflict) == CONFLICT and conflict["error"]["data"]["idempotencyKey"] == BOBS_KEYS[0]
     assert text_of(other_arguments).startswith("Charged 70.")
     assert text_of(while_running).startswith("Charged 50.")
+    # P9 counts every principal's records: Alice's filled the bound, in both worlds alike.
+    assert error_type(full) == STORE_FULL and full["error"]["data"]["idempotencyKey"] == BOBS_KEYS[3]
     assert seen["claimed", BOBS_KEYS[0]] == seen["claimed", BOBS_KEYS[2]] == 2  # Alice's, then Bob's own
+    assert seen["claimed", BOBS_KEYS[3]] == seen["store full", BOBS_KEYS[3]] == 1  # Alice's; Bob's refused
     assert seen["replayed", BOBS_KEYS[0]] == 1 and seen["conflict", BOBS_KEYS[0]] == 1  # both his own
     assert seen["in progress", BOBS_KEYS[2]] == 0
 
@@ -156,12 +171,12 @@ def test_replay_with_a_narrowed_or_expired_token_is_refused_and_the_record_stays
             time.sleep(max(0.0, issued + LIFETIME + 1.5 - time.monotonic()))
             expired = b.post(body, {**b.headers(call), **bearer(full)})
 
-            for (status, headers, text), (wanted_status, wanted_error) in zip(
-                    (narrowed, expired), ((403, "insufficient_scope"), (401, "invalid_token"))):
-                assert (status, challenge(headers)) == (wanted_status, wanted_error), text
+            for (status, headers, text), wanted in zip((narrowed, expired), (
+                    (403, "insufficient_scope", CHARGE),  # the scope for this call only
+                    (401, "invalid_token", EVERY_SCOPE))):
+                assert (status, challenge(headers), scope_of(headers)) == wanted, text
                 assert metadata_of(headers) == METADATA
                 assert "Charged" not in text  # the recorded result is not disclosed
-            assert 'scope="ledger:charge"' in narrowed[1]["www-authenticate"]  # the scope for this call only
             seen = decisions(a, b)
             assert seen["claimed", "order-1"] == 1 and seen["replayed", "order-1"] == 0  # the store was not consulted
             ledger, records, _ = read_store(store)
@@ -250,7 +265,7 @@ def test_bad_token_gets_401_and_nothing_runs_or_is_recorded(guarded, forgers, ba
     status, answer_headers, text = guarded.post(json.dumps(call).encode(), {**sent, **headers}, path="/mcp" + query)
 
     assert (status, challenge(answer_headers)) == (401, "invalid_token"), text
-    assert metadata_of(answer_headers) == METADATA
+    assert metadata_of(answer_headers) == METADATA and scope_of(answer_headers) == EVERY_SCOPE
     refusals = [line for line in guarded.log()[log_before:].splitlines() if "token refused" in line]
     assert [logged in line for line in refusals] == ([] if logged is None else [True]), refusals  # for this reason
     assert guarded.alive() and guarded.ledger() == before  # still serving; nothing ran
@@ -285,8 +300,9 @@ def test_token_without_the_tools_scope_charges_nothing_on_any_revision_or_spelli
     assert guarded.ledger() == before
 
 
-def test_protected_resource_metadata_names_the_resource_and_its_issuer(guarded, forgers):
-    """RFC 9728, where every 401 and 403 points: the resource the tokens are for, and who issues them."""
+def test_protected_resource_metadata_names_the_resource_its_issuer_and_its_scopes(guarded, forgers):
+    """RFC 9728, where every 401 and 403 points: the resource the tokens are for, who issues them, and the scopes
+    the server uses, which a client asks for when no challenge names them (the MCP authorization spec)."""
     connection = http.client.HTTPConnection("127.0.0.1", guarded.port, timeout=30)
     try:
         connection.request("GET", "/.well-known/oauth-protected-resource/mcp")
@@ -294,6 +310,7 @@ def test_protected_resource_metadata_names_the_resource_and_its_issuer(guarded, 
     finally:
         connection.close()
     assert metadata["resource"] == RESOURCE and metadata["authorization_servers"] == [forgers[0].url]
+    assert metadata["scopes_supported"] == [CHARGE, READ]
 
 
 # ----------------------------------------------------------------------------
@@ -374,21 +391,19 @@ def test_non_loopback_address_without_authorisation_is_refused_unless_asked_for_
 # ----------------------------------------------------------------------------
 
 
-def test_record_of_the_previous_version_with_a_bare_key_replays_to_nobody(issuer, tmp_path):
-    store = f"sqlite:{tmp_path / 'store.db'}"
-    wire = start("2x-http", "--store", store)
+def test_record_of_the_previous_version_with_a_bare_key_replays_to_nobody(issuer, store_url):
+    wire = start("2x-http", "--store", store_url)
     assert text_of(wire.charge(100, key="order-1")) == "Charged 100. New balance: 100"
     wire.close()
     # What the previous version wrote: the same record, under the bare key.
-    with contextlib.closing(sqlite3.connect(tmp_path / "store.db")) as db, db:
-        assert db.execute("UPDATE idempotency_records SET key = 'order-1'").rowcount == 1
+    assert execute(store_url, "UPDATE idempotency_records SET key = 'order-1'") == 1
 
-    one_tenant = start("2x-http", "--store", store)
+    one_tenant = start("2x-http", "--store", store_url)
     try:
         assert text_of(one_tenant.charge(100, key="order-1")) == "Charged 100. New balance: 200"
     finally:
         one_tenant.close()
-    alice = start_protected(issuer, "--store", store, token=issuer.token("alice", f"{CHARGE} {READ}"))
+    alice = start_protected(issuer, "--store", store_url, token=issuer.token("alice", f"{CHARGE} {READ}"))
     try:
         assert text_of(alice.charge(100, key="order-1")) == "Charged 100. New balance: 300"
         assert alice.ledger() == {"balance": 300, "charges": 3}

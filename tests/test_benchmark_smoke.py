@@ -16,7 +16,8 @@ TINY = ["--calls", "5", "--repeats", "2", "--records", "20", "--in-flight", "10"
         "--scale-calls", "8"]
 SECTIONS = ["## 1a. Round trip per target", "## 1b. Round trip per target", "## 2. Fingerprint cost",
             "## 3. Memory", "## 4. Concurrency", "## 5a. Shared stores: round trip",
-            "## 5b. Shared stores: bytes per stored record", "## 5c. Shared stores: 4 instances"]
+            "## 5b. Shared stores: bytes per stored record", "## 5c. Shared stores: 4 instances",
+            "## 6a. Authorisation: round trip", "## 6b. Authorisation: keyed over unkeyed"]
 POSTGRES = os.environ.get("SEP3182_POSTGRES")
 
 
@@ -27,7 +28,7 @@ def bench(*args: str) -> subprocess.CompletedProcess:
     return run
 
 
-@pytest.mark.timeout(180)  # fourteen servers start, two at a time on a two-core machine
+@pytest.mark.timeout(180)  # eighteen servers and an issuer start, two at a time on a two-core machine
 def test_benchmark_harness_runs_every_section_on_tiny_counts(tmp_path):
     """Every section without PostgreSQL: its rows say so, and --write keeps what was printed."""
     results = tmp_path / "RESULTS.md"
@@ -35,6 +36,7 @@ def test_benchmark_harness_runs_every_section_on_tiny_counts(tmp_path):
     for heading in SECTIONS:
         assert heading in run.stdout
     assert "not measured (no PostgreSQL" in run.stdout
+    assert "| memory, OAuth, --issuer | fresh key, executes |" in run.stdout
     assert "MISSED" in run.stdout or "MET" in run.stdout
     written = results.read_text(encoding="utf-8")
     assert written.startswith("# SEP-3182 idempotency benchmark")
@@ -44,7 +46,8 @@ def test_benchmark_harness_runs_every_section_on_tiny_counts(tmp_path):
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not POSTGRES, reason="no PostgreSQL server: set SEP3182_POSTGRES (see tests/postgres.sh)")
 def test_benchmark_measures_postgresql_when_given_a_server():
-    """Section 5 on the PostgreSQL server SEP3182_POSTGRES names, in a database the bench drops afterwards."""
-    run = bench("--sections", "5", "--postgres", POSTGRES)
+    """Sections 5 and 6 on the PostgreSQL server SEP3182_POSTGRES names, in databases the bench drops afterwards."""
+    run = bench("--sections", "56", "--postgres", POSTGRES)
     assert "not measured" not in run.stdout
     assert "| PostgreSQL | fresh key, executes |" in run.stdout
+    assert "| PostgreSQL, OAuth, --issuer | fresh key, executes |" in run.stdout

@@ -7,7 +7,6 @@ the windows are a second long and the test waits them out.
 """
 
 import importlib
-import sqlite3
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ import anyio
 import pytest
 
 from conftest import FakeClock
+from stores import execute
 from wire import ROOT, sdk2_python
 
 # sdk2/ goes last on sys.path: first, its server.py would shadow the 1.x one.
@@ -319,30 +319,13 @@ SCHEMA_1 = ("CREATE TABLE idempotency_records (key TEXT PRIMARY KEY, fingerprint
             "lease_until REAL, outcome TEXT, expires_at REAL)")
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
-def test_a_store_made_by_the_previous_version_stops_the_server_with_one_line(kind, tmp_path, request):
+def test_a_store_made_by_the_previous_version_stops_the_server_with_one_line(store_url):
     """Issue 16, findings 7 and 12: the schema version is recorded and checked; an old store was
     silently used with the new code's statements (or, on PostgreSQL, never upgraded)."""
-    if kind == "sqlite":
-        url = f"sqlite:{tmp_path / 'store.db'}"
-        with sqlite3.connect(tmp_path / "store.db") as db:
-            db.execute(SCHEMA_1)
-    else:
-        url = request.getfixturevalue("postgres_url")
-        anyio.run(execute_on, url, SCHEMA_1)
-    refused = subprocess.run([sdk2_python(), str(ROOT / "sdk2" / "server.py"), "--store", url],
+    execute(store_url, SCHEMA_1)
+    refused = subprocess.run([sdk2_python(), str(ROOT / "sdk2" / "server.py"), "--store", store_url],
                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
 
     assert refused.returncode == 1 and refused.stdout == ""
     [line] = refused.stderr.splitlines()
-    assert line.startswith(f"cannot open the store {url}: ") and "schema version 1" in line
-
-
-async def execute_on(url: str, statement: str) -> None:
-    import asyncpg
-
-    db = await asyncpg.connect(url)
-    try:
-        await db.execute(statement)
-    finally:
-        await db.close()
+    assert line.startswith(f"cannot open the store {store_url}: ") and "schema version 1" in line
