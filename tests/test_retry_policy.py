@@ -11,7 +11,7 @@ import pytest
 
 from wire import ROOT, sdk2_python
 
-pytestmark = [pytest.mark.targets("2x-stdio"), pytest.mark.slow]  # about 25 s a run: .ci/run runs them
+pytestmark = [pytest.mark.targets("2x-stdio"), pytest.mark.slow]  # about 25 s a run
 
 SCENARIOS = ROOT / "retry" / "scenarios.py"
 

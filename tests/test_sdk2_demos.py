@@ -115,22 +115,16 @@ CLUSTER_HEADINGS = ["1. Each instance has a store of its own", "2. A shared stor
                     "7. Every instance stopped"]
 
 
-@pytest.mark.slow  # about 20 s each: .ci/run runs them
-def test_cluster_demo_plays_the_seven_scenarios_on_sqlite_and_each_passes():
-    run = play(CLUSTER_DEMO)
+# On SQLite, the cluster demo is the README's own command, which .ci/run runs as written.
+@pytest.mark.slow  # about 20 s each
+def test_cluster_demo_plays_the_seven_scenarios_on_postgresql_and_each_passes(postgres_url):
+    run = play(CLUSTER_DEMO, "--store", postgres_url)
     assert run.returncode == 0, run.stdout + run.stderr
     assert verdicts(run.stdout) == ["PASS"] * 7
     assert all(heading in run.stdout for heading in CLUSTER_HEADINGS)
 
 
-@pytest.mark.slow  # about 20 s each: .ci/run runs them
-def test_cluster_demo_plays_the_seven_scenarios_on_postgresql_and_each_passes(postgres_url):
-    run = play(CLUSTER_DEMO, "--store", postgres_url)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert verdicts(run.stdout) == ["PASS"] * 7
-
-
-@pytest.mark.slow  # about 20 s each: .ci/run runs them
+@pytest.mark.slow  # about 20 s each
 def test_cluster_demo_fails_when_every_instance_keeps_its_own_store():
     """Run with a store per instance everywhere: what L2 forbids, and the demo's verdicts say so."""
     run = play(CLUSTER_DEMO, "--store", "memory")
@@ -145,7 +139,7 @@ def test_auth_demo_plays_the_three_k_scenarios_on_sqlite_and_each_passes():
     assert 'http   ← A: 403 Bearer error="insufficient_scope", scope="ledger:charge"' in run.stdout
 
 
-@pytest.mark.slow  # about 10 s each: .ci/run runs them
+@pytest.mark.slow  # about 10 s each
 def test_auth_demo_plays_the_three_k_scenarios_on_postgresql_and_each_passes(postgres_url):
     run = play(AUTH_DEMO, "--store", postgres_url)
     assert run.returncode == 0, run.stdout + run.stderr
