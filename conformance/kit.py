@@ -56,6 +56,23 @@ class Skipped(Exception):
     """The check could not run against this server; the reason says what it needs."""
 
 
+# The credentials the authorisation checks need beyond --bearer: option, what it is, what it tests.
+CREDENTIALS = {
+    "second_bearer": ("--second-bearer", "a second principal's token", "keys across principals (K2)"),
+    "narrowed_bearer": ("--narrowed-bearer", "the first principal's token without the charge tool's scope",
+                        "a replay's authorisation (K3)"),
+}
+
+
+class NotRun(Skipped):
+    """An authorisation check without the credential it needs: HTTP, and one of CREDENTIALS."""
+
+    def __init__(self, credential: str):
+        option, what, _ = CREDENTIALS[credential]
+        super().__init__(f"not run: needs an HTTP server behind authorisation and {what} ({option})")
+        self.credential = credential
+
+
 class Inconclusive(Exception):
     """The check ran but could not tell (a slow server that was not slow enough): a WARNING."""
 
@@ -346,6 +363,14 @@ class Server:
 
     def __getattr__(self, name):
         return getattr(self.connection, name)
+
+    def as_other(self, credential: str) -> "Server":
+        """The same endpoint spoken to with another credential (CREDENTIALS); SKIPPED without one."""
+        token = getattr(self.options, credential)
+        if token is None or not isinstance(self.connection, Http):
+            raise NotRun(credential)
+        headers = {**self.options.headers, "Authorization": f"Bearer {token}"}
+        return Server(Http(urllib.parse.urlunsplit(self.connection.url), self.options.timeout, headers), self.options)
 
     def send_call(self, name: str, arguments=None, key=None, **params) -> int:
         params = {"name": name, **({} if arguments is None else {"arguments": arguments}), **params}
@@ -934,6 +959,79 @@ def replay_across_revisions(server: Server) -> dict:
     expect(replay.get("result", {}).get("content") == original["result"]["content"], f"the retry: {replay}")
 
 
+# --- K1-K3, P21, P22: whose key it is (a server behind authorisation) -----------
+
+
+def kind_of(response: dict) -> tuple:
+    """An answer apart from what any two calls differ in (ids, keys, the tool's text): its error, or a result."""
+    if "error" in response:
+        return "error", response["error"].get("code"), error_type(response)
+    return "result", bool(response.get("result", {}).get("isError"))
+
+
+@check("key-scoped-to-principal", "another principal's call under a used key runs anew; each principal's "
+       "retry replays its own result", "MUST", ["K1", "K2", "P21"])
+def key_scoped_to_principal(server: Server) -> dict:
+    """Records are scoped to the authorisation boundary: a key only matches earlier requests of the same
+    principal, and holding someone's key is no authority to read their result."""
+    other = server.as_other("second_bearer")
+    key, before = new_key(), server.count()
+    first = server.charge(100, key)
+    expect(succeeded(first), f"the first principal's keyed charge failed: {first}")
+    theirs = other.charge(100, key)
+    expect(server.count() == before + 2, "the second principal's call under the first's key did not run: "
+           f"it got {theirs}")
+    expect(other.charge(100, key).get("result") == theirs.get("result"), "the second principal's retry did "
+           "not replay its own result")
+    expect(server.charge(100, key).get("result") == first["result"], "the first principal's retry no longer "
+           "replays its own result")
+    expect(server.count() == before + 2, "a retry ran the tool again")
+
+
+@check("other-principals-key-no-conflict", "another principal's use of a key never makes it a conflict",
+       "MUST", ["K2", "P21"])
+def other_principals_key_no_conflict(server: Server) -> dict:
+    """The second principal sends other arguments under the first's completed key: its answer is what a
+    never-used key gives (apart from ids and the tool's text), never a conflict, and the tool runs."""
+    other = server.as_other("second_bearer")
+    key, before = new_key(), server.count()
+    server.charge(100, key)
+    used, unused = other.charge(200, key), other.charge(200, new_key())
+    expect(kind_of(used) == kind_of(unused), f"under the first principal's key: {used}; under a new key: {unused}")
+    expect(server.count() == before + 3, f"three charges ran {server.count() - before} times")
+
+
+@check("other-principals-key-not-in-progress", "another principal's running call never makes a key in progress",
+       "MUST", ["K2", "P21"], needs="slow")
+def other_principals_key_not_in_progress(server: Server) -> dict:
+    """While the first principal's keyed call runs, the second sends the same call under the same key: its
+    answer is what a never-used key gives, never an in-progress error, and both calls run."""
+    other = server.as_other("second_bearer")
+    key, before = new_key(), server.count()
+    running = slow_call(server, 100, key)
+    used, unused = other.send_charge(100, key), other.send_charge(100, new_key())
+    used, unused = other.reply(used), other.reply(unused)
+    server.reply(running)
+    expect(kind_of(used) == kind_of(unused), f"under the running key: {used}; under a new key: {unused}")
+    expect(server.count() == before + 3, f"three charges ran {server.count() - before} times")
+
+
+@check("replay-rechecks-authorisation", "a retry whose token lost the tool's scope gets no recorded result",
+       "MUST", ["K1", "K3", "P22"])
+def replay_rechecks_authorisation(server: Server) -> dict:
+    """A replay passes the authorisation in force when it is made: the same principal, retrying with a token
+    narrowed since, is refused and sees nothing of the record; the record stays for a token that may."""
+    narrowed = server.as_other("narrowed_bearer")
+    key, before = new_key(), server.count()
+    original = server.charge(100, key)
+    refused = narrowed.charge(100, key)
+    expect(not succeeded(refused) and refused.get("result") != original["result"],
+           f"the narrowed token got an answer: {refused}")
+    expect(server.charge(100, key).get("result") == original["result"], "the record is gone after the refusal")
+    expect(server.count() == before + 1, f"one key ran {server.count() - before} times")
+    return {"refused": refused}
+
+
 # ----------------------------------------------------------------------------
 # 4. Running the checks: results, baseline, output
 # ----------------------------------------------------------------------------
@@ -974,6 +1072,8 @@ def run_one(check: Check, server: Server) -> dict:
     try:
         details = check.run(server) or {}
         return result(check, "SUCCESS", details)
+    except NotRun as why:
+        return result(check, "SKIPPED", {"credential": why.credential}, error=str(why))
     except Skipped as why:
         return result(check, "SKIPPED", error=str(why))
     except Inconclusive as why:
@@ -1099,6 +1199,10 @@ def parse_args(argv=None):
     parser.add_argument("--bearer", metavar="TOKEN", help="HTTP: send Authorization: Bearer TOKEN")
     parser.add_argument("--header", type=header, action="append", default=[], metavar="'Name: value'",
                         help="HTTP: send this header with every request (repeatable)")
+    parser.add_argument("--second-bearer", metavar="TOKEN",
+                        help="HTTP: a second principal's token, for the checks of keys across principals (K2)")
+    parser.add_argument("--narrowed-bearer", metavar="TOKEN", help="HTTP: the --bearer principal's token without "
+                        "the charge tool's scope, for the check of a replay's authorisation (K3)")
     parser.add_argument("--check", action="append", metavar="ID", help="run only this check (repeatable)")
     parser.add_argument("--list", action="store_true", help="list the checks and exit")
     parser.add_argument("--json", metavar="FILE", help="write the results as checks.json")
@@ -1132,8 +1236,15 @@ def main(argv=None) -> int:
         print(problem)
     tally = {name: sum(entry["status"] == name for entry in results) for name in ("SUCCESS", "FAILURE", "WARNING", "SKIPPED")}
     print(f"sep-3182: {tally['SUCCESS']} passed, {tally['FAILURE']} failed, {tally['WARNING']} warnings, "
-          f"{tally['SKIPPED']} skipped")
+          f"{tally['SKIPPED']} skipped{not_run(results)}")
     return status
+
+
+def not_run(results: list) -> str:
+    """The summary's word on the authorisation checks skipped for want of a credential: what was not tested."""
+    wanting = {entry["details"]["credential"] for entry in results if "credential" in entry["details"]}
+    return "".join(f"; {untested} NOT tested (give {option})"
+                   for credential, (option, _, untested) in CREDENTIALS.items() if credential in wanting)
 
 
 if __name__ == "__main__":

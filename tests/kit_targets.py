@@ -2,7 +2,7 @@
 
     python3 tests/kit_targets.py                 # every target and stand-in; exit 0 only if each is as expected
     python3 tests/kit_targets.py ts-http          # some of them
-    python3 tests/kit_targets.py --table FILE     # also write the results table (conformance/README.md has it)
+    python3 tests/kit_targets.py --readme         # all, and put the results table in conformance/README.md
 
 Each target is started four times, as the kit's fixture contract asks: plain, with a
 slow charge, with a one-second window, and with room for three records. A target of
@@ -17,9 +17,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 
+from oauth import READ, RESOURCE, Issuer
 from wire import ROOT, free_port, sdk2_python
 
 sys.path.insert(0, str(ROOT / "conformance"))
@@ -45,8 +46,9 @@ TARGETS = {
     "2x-http": ("2.x HTTP", "http", lambda: python_2x("sdk2/server.py"), []),
     "2x-http-2025": ("2.x HTTP, 2025 handshake", "http", lambda: python_2x("sdk2/server.py"),
                      ["--revision", "2025-11-25"]),
-    "ts-stdio": ("TS stdio", "stdio", lambda: ["node", str(TYPESCRIPT / "server.mjs")], []),
-    "ts-http": ("TS HTTP", "http", lambda: ["node", str(TYPESCRIPT / "server.mjs")], []),
+    "2x-http-auth": ("2.x HTTP, authorisation", "http", lambda: python_2x("sdk2/server.py"), []),
+    "ts-stdio": ("TS stdio", "stdio", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
+    "ts-http": ("TS HTTP", "http", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
 }
 
 # What a target of ours may fall short on, and why (a WARNING, never a FAILURE).
@@ -77,9 +79,16 @@ STAND_INS = {
     "drops-the-capability": ("drops_the_capability.py", {"capability-declared"}),
     "records-its-own-rejections": ("records_its_own_rejections.py", {
         "conflict-leaves-the-record", "cancelled-call-runs-once"}),
+    "shares-keys-across-principals": ("shares_keys_across_principals.py", {
+        "key-scoped-to-principal", "other-principals-key-no-conflict", "other-principals-key-not-in-progress"}),
 }
+
+# Behind authorisation (sdk2/auth.py): served over HTTP, trusting the real issuer (tests/oauth.py),
+# and checked with Alice's token, Bob's, and Alice's without the charge scope (K2, K3).
+AUTHORISED = {"2x-http-auth", "shares-keys-across-principals"}
 for name, (script, _) in STAND_INS.items():
-    TARGETS[name] = (name, "stdio", lambda script=script: python_2x(f"tests/stand_ins/{script}"), [])
+    TARGETS[name] = (name, "http" if name in AUTHORISED else "stdio",
+                     lambda script=script: python_2x(f"tests/stand_ins/{script}"), [])
 
 
 def with_store(command: list[str], folder: Path, variant: str) -> list[str]:
@@ -90,23 +99,13 @@ def with_store(command: list[str], folder: Path, variant: str) -> list[str]:
 
 
 @contextmanager
-def http_server(command: list[str]):
-    """Start an HTTP server on a free loopback port; its URL until the block ends, then SIGTERM."""
+def http_process(command: list[str]):
+    """Start an HTTP server on a free loopback port, without waiting for it; SIGTERM when the block ends."""
     port = free_port()
     log = tempfile.TemporaryFile()
     process = subprocess.Popen([*command, "--transport", "http", "--port", str(port)], stdout=log, stderr=log)
     try:
-        deadline = time.monotonic() + READY_SECONDS
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise RuntimeError(f"{command} did not listen on {port}: {log.read().decode()[-500:]}") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield command, process, port, log
     finally:
         process.terminate()
         try:
@@ -116,30 +115,72 @@ def http_server(command: list[str]):
             process.wait()
 
 
-def typescript_installed() -> None:
-    """The TypeScript server's packages, as its lockfile pins them (npm ci once, as tests/interop/run.sh does)."""
+def listening(command: list[str], process: subprocess.Popen, port: int, log) -> str:
+    """The URL of a server just started, once it accepts connections."""
+    deadline = time.monotonic() + READY_SECONDS
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return f"http://127.0.0.1:{port}/mcp"
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                raise RuntimeError(f"{command} did not listen on {port}: {log.read().decode()[-500:]}") from None
+            time.sleep(0.1)
+
+
+@contextmanager
+def http_servers(commands: list[list[str]]):
+    """Start HTTP servers all at once (each takes a second or two to import its SDK); their URLs, in order."""
+    with ExitStack() as stack:
+        started = [stack.enter_context(http_process(command)) for command in commands]
+        yield [listening(*each) for each in started]
+
+
+def typescript_built() -> None:
+    """The TypeScript server compiled from typescript/server.ts, once per process: npm ci (as its lockfile pins
+    the SDK and the compiler) if nothing is installed yet, as tests/interop/run.sh does, then `npm run build`."""
+    global typescript_compiled
+    if typescript_compiled:
+        return
     if not (TYPESCRIPT / "node_modules").is_dir():
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=TYPESCRIPT, check=True, timeout=300)
+    subprocess.run(["npm", "run", "--silent", "build"], cwd=TYPESCRIPT, check=True, timeout=300)
+    typescript_compiled = True
+
+
+typescript_compiled = False  # this process has compiled the TypeScript server
+
+
+def authorised(servers: ExitStack) -> tuple[list[str], list[str]]:
+    """The real issuer, running until `servers` closes: the server's options to trust it, and the kit's tokens."""
+    issuer = servers.enter_context(closing(Issuer()))
+    return (["--issuer", issuer.url, "--resource", RESOURCE],
+            ["--bearer", issuer.token("alice"), "--second-bearer", issuer.token("bob"),
+             "--narrowed-bearer", issuer.token("alice", READ)])
 
 
 def run_kit(name: str, checks: list[str] | None = None) -> tuple[list[dict], str]:
     """Run the kit against one target (only `checks`, if named): its checks.json entries and its printed output."""
     _, transport, command_of, extra = TARGETS[name]
     if name.startswith("ts-"):
-        typescript_installed()
+        typescript_built()
     needed = {"main"} | {check.needs for check in kit.CHECKS if not checks or check.id in checks}
     with tempfile.TemporaryDirectory() as folder, ExitStack() as servers:
         options = [option for check in checks or [] for option in ("--check", check)]
-        for variant, server_args in VARIANTS.items():
-            if (variant.rstrip("-").replace("-", "_") or "main") not in needed:
-                continue
-            command = [*with_store(command_of(), Path(folder), variant.rstrip("-")), *server_args]
-            if transport == "stdio":
-                options += [f"--{variant}command", subprocess.list2cmdline(command)]
-            else:
-                options += [f"--{variant}url", servers.enter_context(http_server(command))]
+        trusting, tokens = authorised(servers) if name in AUTHORISED else ([], [])
+        chosen = {variant: [*with_store(command_of(), Path(folder), variant.rstrip("-")), *server_args, *trusting]
+                  for variant, server_args in VARIANTS.items()
+                  if (variant.rstrip("-").replace("-", "_") or "main") in needed}
+        if transport == "stdio":
+            options += [o for variant, command in chosen.items()
+                        for o in (f"--{variant}command", subprocess.list2cmdline(command))]
+        else:
+            urls = servers.enter_context(http_servers(list(chosen.values())))
+            options += [o for variant, url in zip(chosen, urls) for o in (f"--{variant}url", url)]
         report = Path(folder) / "checks.json"
-        ran = subprocess.run([sys.executable, str(KIT), *options, *extra, "--timeout", "30", "--json", str(report)],
+        ran = subprocess.run([sys.executable, str(KIT), *options, *extra, *tokens, "--timeout", "30",
+                              "--json", str(report)],
                              capture_output=True, text=True, timeout=600, cwd=ROOT)
         if not report.exists():
             raise RuntimeError(f"the kit wrote no report for {name}:\n{ran.stdout}\n{ran.stderr}")
@@ -178,11 +219,23 @@ def table(runs: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+README = ROOT / "conformance" / "README.md"
+TABLE_MARKS = ("<!-- results: tests/kit_targets.py --readme writes from here -->", "<!-- to here -->")
+
+
+def with_table(readme: Path, markdown: str) -> None:
+    """Put `markdown` between the README's two TABLE_MARKS, replacing what was there."""
+    text = readme.read_text(encoding="utf-8")
+    start, end = text.index(TABLE_MARKS[0]) + len(TABLE_MARKS[0]), text.index(TABLE_MARKS[1])
+    readme.write_text(f"{text[:start]}\n{markdown}{text[end:]}", encoding="utf-8")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help=f"targets and stand-ins (default: all): {', '.join(TARGETS)}")
-    parser.add_argument("--table", metavar="FILE", help="write the results table to FILE")
+    parser.add_argument("--readme", action="store_true",
+                        help="replace the results table in conformance/README.md with this run's")
     options = parser.parse_args(argv)
     unknown = set(options.names) - set(TARGETS)
     if unknown:
@@ -193,8 +246,9 @@ def main(argv=None) -> int:
         runs[name], output = run_kit(name)
         print(output, end="", flush=True)
         problems += problems_of(name, runs[name])
-    if options.table:
-        Path(options.table).write_text(table(runs), encoding="utf-8")
+    if options.readme:
+        with_table(README, f"This run: {time.strftime('%Y-%m-%d', time.gmtime())}, kit_targets "
+                           f"{'passed' if not problems else 'FAILED: ' + '; '.join(problems)}.\n\n{table(runs)}")
     print()
     for problem in problems:
         print(problem)

@@ -193,3 +193,17 @@ def test_kit_passes_against_every_server_of_ours(name):
 def test_each_stand_in_falls_short_on_exactly_the_checks_of_its_broken_rule(name):
     results, output = kit_targets.run_kit(name)
     assert kit_targets.short_of(results) == kit_targets.STAND_INS[name][1], output
+
+
+def test_authorisation_checks_without_their_credentials_are_not_run_and_the_summary_says_so(tmp_path):
+    """K2 and K3 need a second principal's token and a narrowed one: without them, SKIPPED, never passed."""
+    chosen = ["sep-3182-key-scoped-to-principal", "sep-3182-replay-rechecks-authorisation"]
+    ran = run("--command", stdio_command("sdk2/server.py", tmp_path), *[o for c in chosen for o in ("--check", c)],
+              "--json", str(tmp_path / "checks.json"))
+    report = json.loads((tmp_path / "checks.json").read_text())
+    assert ran.returncode == 0, ran.stdout
+    assert [(entry["status"], entry["details"]["credential"]) for entry in report] == [
+        ("SKIPPED", "second_bearer"), ("SKIPPED", "narrowed_bearer")]
+    assert ran.stdout.splitlines()[-1] == (
+        "sep-3182: 0 passed, 0 failed, 0 warnings, 2 skipped; keys across principals (K2) NOT tested "
+        "(give --second-bearer); a replay's authorisation (K3) NOT tested (give --narrowed-bearer)")

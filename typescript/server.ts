@@ -1,8 +1,9 @@
 // SEP-3182 on the official TypeScript SDK: an McpServer (@modelcontextprotocol/sdk 1.32.2)
 // that honours idempotencyKey on tools/call, over stdio or stateless Streamable HTTP.
+// TypeScript, strict; `npm run build` compiles it to dist/server.js (README.md says why tsc).
 //
-//   node typescript/server.mjs [--transport stdio|http] [--port 8000] [--retention S]
-//                              [--max-records N] [--charge-delay S] [--verbose]
+//   node typescript/dist/server.js [--transport stdio|http] [--port 8000] [--retention S]
+//                                  [--max-records N] [--charge-delay S] [--verbose]
 //
 // Read it top to bottom, in the order of the SEP:
 //
@@ -26,6 +27,9 @@ import { parseArgs } from "node:util";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import type { Transport, TransportSendOptions } from "@modelcontextprotocol/sdk/shared/transport.js";
+import type { CallToolResult, JSONRPCErrorResponse, JSONRPCMessage, JSONRPCRequest, JSONRPCResultResponse,
+  MessageExtraInfo, RequestId, ServerCapabilities } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 
 // ----------------------------------------------------------------------------
@@ -35,18 +39,28 @@ import { z } from "zod";
 const RETENTION_SECONDS = 24 * 60 * 60; // P8: the Python servers' default window
 const MAX_RECORDS = 10_000; // P9: the Python servers' default bound
 
+interface Settings {
+  transport: "stdio" | "http";
+  host: string;
+  port: number;
+  retention: number; // seconds
+  maxRecords: number;
+  chargeDelay: number; // seconds
+  verbose: boolean;
+}
+
 /** A number from the command line, or exit with one line naming the option. */
-function number(name, text, { min, above }) {
+function number(name: string, text: string, { min, above }: { min?: number; above?: number }): number {
   const value = Number(text);
   if (!Number.isFinite(value) || (above !== undefined && !(value > above)) || (min !== undefined && value < min)) {
-    console.error(`server.mjs: --${name} must be a number ${above !== undefined ? `above ${above}` : `of at least ${min}`}, not ${text}`);
+    console.error(`server.js: --${name} must be a number ${above !== undefined ? `above ${above}` : `of at least ${min}`}, not ${text}`);
     process.exit(2);
   }
   return value;
 }
 
 /** The command line: transport, window, bound, the processor's delay, the decision log. */
-function settingsFrom(argv) {
+function settingsFrom(argv: string[]): Settings {
   const { values } = parseArgs({
     args: argv,
     options: {
@@ -59,8 +73,8 @@ function settingsFrom(argv) {
       verbose: { type: "boolean", default: false },
     },
   });
-  if (!["stdio", "http"].includes(values.transport)) {
-    console.error(`server.mjs: --transport is stdio or http, not ${values.transport}`);
+  if (values.transport !== "stdio" && values.transport !== "http") {
+    console.error(`server.js: --transport is stdio or http, not ${values.transport}`);
     process.exit(2);
   }
   const maxRecords = number("max-records", values["max-records"], { min: 1 });
@@ -79,7 +93,7 @@ function settingsFrom(argv) {
 const settings = settingsFrom(process.argv.slice(2));
 
 /** One decision of the idempotency layer on stderr, as the Python servers word it (stdout is the protocol). */
-function log(line) {
+function log(line: string): void {
   if (settings.verbose) process.stderr.write(`idempotency: ${line}\n`);
 }
 
@@ -90,7 +104,7 @@ function log(line) {
 const ledger = { balance: 0, charges: 0 };
 
 /** Apply one charge to the ledger: the side effect that must not happen twice. */
-async function charge(amount) {
+async function charge(amount: number): Promise<CallToolResult> {
   await new Promise((resolve) => setTimeout(resolve, settings.chargeDelay * 1000)); // a slow payment processor
   ledger.balance += amount;
   ledger.charges += 1;
@@ -102,7 +116,7 @@ async function charge(amount) {
 const amount = { amount: z.number().int().positive() };
 
 /** An McpServer with the demo's four tools and the capability (P11). */
-function demoServer() {
+function demoServer(): McpServer {
   const server = new McpServer({ name: "sep-3182-demo-ts", version: "1.0" });
   server.registerTool("charge_unguarded",
     { description: "Charge `amount`. The demo calls this one without an idempotencyKey; a key would be honoured.", inputSchema: amount },
@@ -122,7 +136,9 @@ function demoServer() {
     () => ({ content: [{ type: "text", text: JSON.stringify(ledger) }] }));
   // P11 (C1, C2): the SDK keeps an unknown capability on the server side, so the
   // initialize result carries tools.idempotency = {} (its own client's schema drops it).
-  server.server.registerCapabilities({ tools: { idempotency: {} } });
+  // The SDK's type for it knows only tools.listChanged, while its schema is loose and
+  // keeps other members at run time, as the initialize result shows: hence the cast.
+  server.server.registerCapabilities({ tools: { idempotency: {} } as ServerCapabilities["tools"] });
   return server;
 }
 
@@ -132,18 +148,29 @@ function demoServer() {
 
 const MAX_KEY_LENGTH = 255; // P2: characters (code points), as the Python servers count them
 
+/** A JSON value, as JSON.parse gives it. */
+type Json = null | boolean | number | string | Json[] | { [member: string]: Json };
+
+/** The params of a tools/call as the client sent them, before the SDK strips the key. */
+interface CallParams {
+  name: string;
+  arguments?: { [member: string]: Json };
+  idempotencyKey?: unknown;
+  [member: string]: unknown;
+}
+
 /** P2: why `value` is not a key ("got a number"), or null when it is a string of 1 to 255 characters. */
-function keyProblem(value) {
+function keyProblem(value: unknown): string | null {
   if (typeof value === "string") {
     const length = [...value].length;
     return length >= 1 && length <= MAX_KEY_LENGTH ? null : `got ${length} characters`; // never echo it
   }
   if (Array.isArray(value)) return "got an array";
-  return `got ${{ number: "a number", boolean: "a boolean", object: "an object" }[typeof value]}`;
+  return `got ${value === null || typeof value === "object" ? "an object" : `a ${typeof value}`}`;
 }
 
 /** P3: one spelling of a JSON value: members sorted, numbers by value (-0 is 0), infinities apart from null. */
-function canonical(value) {
+function canonical(value: Json): string {
   if (value === null || typeof value === "boolean") return String(value);
   if (typeof value === "number") return Object.is(value, -0) ? "0" : String(value);
   if (typeof value === "string") return JSON.stringify(value);
@@ -152,7 +179,7 @@ function canonical(value) {
 }
 
 /** P3 (E1-E6): a digest equal for two calls exactly when they name the same tool with equal arguments. */
-function fingerprint(params) {
+function fingerprint(params: CallParams): string {
   // E1: only the name and the arguments; _meta (progress token included) is never read.
   // JSON.parse already resolved escapes (E4) and read 1, 1.0 and 1e0 as one number (E3);
   // absent arguments count as {} (P3).
@@ -160,7 +187,9 @@ function fingerprint(params) {
 }
 
 const ERROR_CODE = -32602; // P5: the code the Python servers use; clients branch on data.type
-const MESSAGES = {
+type RejectionType = "invalid_idempotency_key" | "idempotency_key_conflict" | "idempotency_key_in_progress"
+  | "idempotency_store_full";
+const MESSAGES: Record<RejectionType, string> = {
   invalid_idempotency_key: `idempotencyKey must be a string of 1 to ${MAX_KEY_LENGTH} characters`,
   idempotency_key_conflict: "idempotencyKey was already used with a different tool or arguments",
   idempotency_key_in_progress: "a request with this idempotencyKey is still running; retry shortly",
@@ -168,7 +197,7 @@ const MESSAGES = {
 };
 
 /** P5: the JSON-RPC error for a rejection; an invalid key is described, not echoed (P2). Never recorded (P6). */
-function rejection(type, key, detail) {
+function rejection(type: RejectionType, key?: string, detail?: string) {
   const message = detail === undefined ? MESSAGES[type] : `${MESSAGES[type]}; ${detail}`;
   return { code: ERROR_CODE, message, data: key === undefined ? { type } : { type, idempotencyKey: key } };
 }
@@ -176,26 +205,30 @@ function rejection(type, key, detail) {
 /**
  * The records, in this process's memory: on stdio the process is its one client's
  * (P10); over HTTP, one tenant for every client (P10'), and one instance only (L2).
- * key -> { fingerprint, outcome (null while running), expiresAt }.
  */
-const records = new Map();
+interface StoredRecord {
+  fingerprint: string; // P3: of the request that claimed the key
+  outcome: string | null; // the response without jsonrpc and id, as JSON text; null while running
+  expiresAt: number; // seconds since the epoch (P8); Infinity while running
+}
+const records = new Map<string, StoredRecord>();
 
 /** P8: drop completed records whose window has passed; a running one never expires. */
-function dropExpired(now) {
+function dropExpired(now: number): void {
   for (const [key, record] of records) {
     if (record.outcome !== null && record.expiresAt <= now) records.delete(key);
   }
 }
 
 /** Python's repr of a key, so that the log reads as the Python servers' (`key='k'`). */
-function pythonRepr(text) {
+function pythonRepr(text: string): string {
   const quote = text.includes("'") && !text.includes('"') ? '"' : "'";
   const escaped = [...text].map((c) => {
     if (c === "\\" || c === quote) return `\\${c}`;
     if (c === "\n") return "\\n";
     if (c === "\r") return "\\r";
     if (c === "\t") return "\\t";
-    const code = c.codePointAt(0);
+    const code = c.codePointAt(0) ?? 0;
     return code < 0x20 || code === 0x7f ? `\\x${code.toString(16).padStart(2, "0")}` : c;
   });
   return `${quote}${escaped.join("")}${quote}`;
@@ -205,9 +238,14 @@ function pythonRepr(text) {
 // 3. The dispatch layer, in front of the SDK
 // ----------------------------------------------------------------------------
 
+/** An answer to a request, and what a key's record keeps of it: all but jsonrpc and id (P6). */
+type Response = JSONRPCResultResponse | JSONRPCErrorResponse;
+type Outcome = Omit<JSONRPCResultResponse, "jsonrpc" | "id"> | Omit<JSONRPCErrorResponse, "jsonrpc" | "id">;
+
 /** Would the SDK accept these tools/call params? If not, it answers them itself and nothing runs. */
-function wellFormed(params) {
-  const isObject = (value) => typeof value === "object" && value !== null && !Array.isArray(value);
+function wellFormed(params: unknown): params is CallParams {
+  const isObject = (value: unknown): value is Record<string, unknown> =>
+    typeof value === "object" && value !== null && !Array.isArray(value);
   return isObject(params) && typeof params.name === "string"
     && (params.arguments === undefined || isObject(params.arguments));
 }
@@ -216,66 +254,71 @@ function wellFormed(params) {
  * The SEP's dispatch layer around one SDK transport: every raw message passes here
  * before the SDK parses it (and strips the key), and every response on its way out.
  */
-class Idempotent {
-  constructor(inner) {
-    this.inner = inner;
-    this.running = new Map(); // JSON-RPC id -> the key it claimed, until its outcome is recorded
-    this.cancelled = new Set(); // ids whose client gave up: recorded, never answered
-    this.idle = Promise.resolve();
-    this.settle = () => {};
-  }
+class Idempotent<Inner extends Transport> implements Transport {
+  readonly running = new Map<RequestId, string>(); // JSON-RPC id -> the key it claimed, until its outcome is recorded
+  readonly cancelled = new Set<RequestId>(); // ids whose client gave up: recorded, never answered
+  idle: Promise<void> = Promise.resolve();
+  settle: () => void = () => {};
+  onmessage?: (message: JSONRPCMessage, extra?: MessageExtraInfo) => void;
+  onclose?: () => void;
+  onerror?: (error: Error) => void;
+
+  constructor(readonly inner: Inner) {}
 
   // --- the Transport interface the SDK's Protocol talks to ---------------------
 
-  async start() {
+  async start(): Promise<void> {
     this.inner.onmessage = (message, extra) => this.receive(message, extra);
     this.inner.onclose = () => this.onclose?.();
     this.inner.onerror = (error) => this.onerror?.(error);
     await this.inner.start();
   }
 
-  async send(message, options) {
-    if (("result" in message || "error" in message) && this.running.has(message.id)) this.record(message);
-    if (this.cancelled.delete(message.id)) return; // P7: the outcome is kept; nobody waits for it
+  async send(message: JSONRPCMessage, options?: TransportSendOptions): Promise<void> {
+    if (("result" in message || "error" in message) && message.id !== undefined) {
+      if (this.running.has(message.id)) this.record(message.id, message);
+      if (this.cancelled.delete(message.id)) return; // P7: the outcome is kept; nobody waits for it
+    }
     await this.inner.send(message, options);
   }
 
-  async close() {
+  async close(): Promise<void> {
     await this.inner.close();
   }
 
-  get sessionId() {
+  get sessionId(): string | undefined {
     return this.inner.sessionId;
   }
 
   // --- the decisions -----------------------------------------------------------
 
   /** A raw message from the client: a tools/call is decided here; anything else goes to the SDK as it is. */
-  receive(message, extra) {
-    if (message.method === "tools/call" && "id" in message && wellFormed(message.params)) {
-      this.toolsCall(message, extra);
-    } else if (message.method === "notifications/cancelled" && this.running.has(message.params?.requestId)) {
+  receive(message: JSONRPCMessage, extra?: MessageExtraInfo): void {
+    const cancelled = "method" in message && message.method === "notifications/cancelled"
+      ? (message.params as { requestId?: RequestId } | undefined)?.requestId : undefined;
+    if ("method" in message && message.method === "tools/call" && "id" in message && wellFormed(message.params)) {
+      this.toolsCall(message, message.params, extra);
+    } else if (cancelled !== undefined && this.running.has(cancelled)) {
       // P7: a keyed execution that has started runs to completion and is recorded,
       // so the SDK never hears of this cancel (it would abort the handler and drop
       // the outcome); the response is recorded and then not sent.
-      this.cancelled.add(message.params.requestId);
+      this.cancelled.add(cancelled);
     } else {
       this.onmessage?.(message, extra);
     }
   }
 
   /** S0-S3 (P4): a tools/call, before the SDK's handler and any tool runs. */
-  toolsCall(message, extra) {
-    const { params } = message;
+  toolsCall(message: JSONRPCRequest, params: CallParams, extra?: MessageExtraInfo): void | Promise<void> {
     const key = params.idempotencyKey; // P1: only the sibling of name and arguments is a key
     if (key === undefined || key === null) {
       log(`no key: tool=${params.name}`);
       return this.onmessage?.(message, extra); // exactly what the server did before
     }
     const problem = keyProblem(key);
-    if (problem !== null) {
+    if (problem !== null || typeof key !== "string") {
       log(`invalid key: ${problem}`);
-      return this.reject(message, "invalid_idempotency_key", undefined, problem);
+      return this.reject(message, "invalid_idempotency_key", undefined, problem ?? undefined);
     }
     const now = Date.now() / 1000;
     dropExpired(now);
@@ -301,21 +344,22 @@ class Idempotent {
       return this.reject(message, "idempotency_key_in_progress", key);
     }
     log(`replayed: key=${pythonRepr(key)}`); // P4.4 (S2): the recorded outcome; the tool does not run
-    return this.inner.send({ ...JSON.parse(held.outcome), jsonrpc: "2.0", id: message.id });
+    const outcome = JSON.parse(held.outcome) as Outcome; // as record() stored it
+    return this.inner.send({ ...outcome, jsonrpc: "2.0", id: message.id });
   }
 
   /** P6: whatever the SDK answered for a claimed key, a result (isError included) or a JSON-RPC error. */
-  record(message) {
-    const key = this.running.get(message.id);
-    this.running.delete(message.id);
-    const { jsonrpc, id, ...outcome } = message; // the same members in the same order, under any id
-    Object.assign(records.get(key), { outcome: JSON.stringify(outcome), expiresAt: Date.now() / 1000 + settings.retention });
+  record(id: RequestId, message: Response): void {
+    const key = this.running.get(id)!; // `running` holds only claimed keys, each with its record
+    this.running.delete(id);
+    const { jsonrpc: _, id: __, ...outcome } = message; // the same members in the same order, under any id
+    Object.assign(records.get(key)!, { outcome: JSON.stringify(outcome), expiresAt: Date.now() / 1000 + settings.retention });
     log(`recorded: key=${pythonRepr(key)}`);
     if (this.running.size === 0) this.settle();
   }
 
   /** P5: answer a rejection here; the SDK never sees the call and nothing is recorded (P6). */
-  reject(message, type, key, detail) {
+  reject(message: JSONRPCRequest, type: RejectionType, key?: string, detail?: string): Promise<void> {
     return this.inner.send({ jsonrpc: "2.0", id: message.id, error: rejection(type, key, detail) });
   }
 }
@@ -325,14 +369,14 @@ class Idempotent {
 // ----------------------------------------------------------------------------
 
 /** stdio: one client, one process; stdout is the protocol, so every log goes to stderr. */
-async function serveStdio() {
+async function serveStdio(): Promise<void> {
   await demoServer().connect(new Idempotent(new StdioServerTransport()));
 }
 
 /** Stateless Streamable HTTP with JSON responses: a fresh McpServer and transport per POST, one store. */
-function serveHttp() {
+function serveHttp(): void {
   const http = createServer(async (request, response) => {
-    if (new URL(request.url, "http://host").pathname !== "/mcp") {
+    if (new URL(request.url ?? "/", "http://host").pathname !== "/mcp") {
       response.writeHead(404).end();
       return;
     }
