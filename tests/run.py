@@ -1,7 +1,7 @@
 """Every test from a fresh clone: make the two environments the suite needs, then run pytest.
 
-    python3 tests/run.py             the quick set: every test but the slow ones (about 5 minutes)
-    python3 tests/run.py -m slow     any pytest options replace the default -m "not slow"
+    python3 tests/run.py             the quick set: every test but the slow ones, in two processes (5 minutes)
+    python3 tests/run.py -m slow     any pytest options replace the default -m "not slow" -n 2
 
 The two SDKs cannot share one environment, so there are two: .venv (mcp 1.x, pytest)
 runs pytest and server.py; .venv-2x (mcp 2.x, asyncpg) runs sdk2/server.py, which the
@@ -33,7 +33,8 @@ def prepared(folder: str, requirements: list[str]) -> Path:
 def main() -> None:
     """Prepare both environments, then run pytest in the first with the options given."""
     pythons = [prepared(folder, requirements) for folder, requirements in ENVIRONMENTS.items()]
-    options = sys.argv[1:] or ["-m", "not slow"]
+    # Two pytest workers (pytest-xdist): most tests wait on a server's sleep or start, so two share two cores.
+    options = sys.argv[1:] or ["-m", "not slow", "-n", "2"]
     sys.exit(subprocess.run([str(pythons[0]), "-m", "pytest", "tests", *options], cwd=ROOT).returncode)
 
 

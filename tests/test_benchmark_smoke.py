@@ -8,7 +8,8 @@ import pytest
 
 from wire import ROOT
 
-pytestmark = pytest.mark.targets("1x-stdio", "2x-stdio", "2x-http")
+# About a minute for the two (eighteen servers and an issuer start): in the slow set.
+pytestmark = [pytest.mark.targets("1x-stdio", "2x-stdio", "2x-http"), pytest.mark.slow]
 
 BENCH = ROOT / "benchmarks" / "bench.py"
 # Counts that take the harness through every section in well under a minute.

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.targets("2x-http")
 
 FAULTS = Path(__file__).resolve().parent / "faults"
 PHASES = ["before-claim-commit", "after-claim", "after-charge", "after-commit"]
-KILLS_PER_PHASE = 15  # x 4 phases, + RANDOM_KILLS: 65 kills per store
+KILLS_PER_PHASE = 25  # x 4 phases, + RANDOM_KILLS: 105 kills per store (issue 9: at least 100)
 RANDOM_KILLS = 5
 CALLS_PER_RANDOM_KILL = 40  # at most: the stream runs until the kill
 LEASE = 2.0  # seconds: short, so takeovers come quickly
