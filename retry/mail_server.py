@@ -1,7 +1,7 @@
 """An outbox on the current SDK (mcp 2.x): tools that know nothing of the ledger, nor of idempotency.
 
 retry/scenarios.py runs the same retry policy against this server and against
-sdk2/server.py's ledger, and tries here each other place a key could go. The tools:
+the package's ledger server, and tries here each other place a key could go. The tools:
 
     send_email   its input schema forbids extra properties (additionalProperties: false)
     send_sms     deduplicates on an argument of its own, `idempotency_key`
@@ -9,8 +9,9 @@ sdk2/server.py's ledger, and tries here each other place a key could go. The too
     seen_meta    answers with the `_meta` its handler received, as the SDK hands it over
     outbox       the ground truth: how many e-mails, texts and notifications went out
 
-In front of them sits sdk2/server.py's dispatch layer, unchanged (its middleware and
-its store): it reads params.idempotencyKey and nothing else (P1), whatever the tool.
+In front of them sits the package's dispatch layer, added in one line as any server
+would add it (mcp_idempotency.layer): it reads params.idempotencyKey and nothing else
+(P1), whatever the tool. Nothing here reaches into the layer.
 Every log line goes to stderr: on stdio, stdout is the protocol.
 """
 
@@ -18,47 +19,31 @@ import argparse
 import logging
 import sys
 from collections import Counter
-from contextlib import asynccontextmanager
-from importlib.metadata import version
-from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sdk2"))
+import anyio
+import mcp_types
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.tools.base import Tool
 
-# sdk2/server.py checks the SDK as it is imported: one line and exit 1 without mcp 2.x.
-import server as sep_layer  # noqa: E402  isort: skip
-import anyio  # noqa: E402
-import mcp_types  # noqa: E402
-from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
-from mcp.server.mcpserver.tools.base import Tool  # noqa: E402
+from mcp_idempotency import rules
+from mcp_idempotency.layer import Idempotency
+from mcp_idempotency.probe import sdk_hides_the_key
+from mcp_idempotency.stores import LEASE_SECONDS, Limits
 
-import sep3182  # noqa: E402
-from store import Limits, open_store  # noqa: E402
-
-STORE = "memory"  # one process serves one client here; sdk2/server.py shows the shared stores
-sent = Counter()  # what went out, by kind: the ground truth the scenarios read
+STORE = "memory"  # one process serves one client here; the ledger server shows the shared stores
+sent: Counter[str] = Counter()  # what went out, by kind: the ground truth the scenarios read
 sms_by_key: dict[str, str] = {}  # send_sms's own deduplication: its key argument to its answer
 
 
-settings: argparse.Namespace | None = None  # the command line: main() reads it before serving
-
-
 def parse_args() -> argparse.Namespace:
-    """The command line: the store and the windows of sdk2/server.py's layer."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """The command line: the store and the windows of the layer, and the relay's delay."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--store", default=STORE, metavar="URL", help=f"memory or sqlite:PATH (default: {STORE})")
-    parser.add_argument("--lease", type=sep3182.seconds, default=sep_layer.LEASE_SECONDS, metavar="SECONDS",
+    parser.add_argument("--lease", type=rules.seconds, default=LEASE_SECONDS, metavar="SECONDS",
                         help="how long a claim is held (P18; default: 30)")
-    sep3182.add_common_options(parser)
-    # What the layer of sdk2/server.py reads of its own command line: stdio, so one tenant (P10'').
-    parser.set_defaults(transport="stdio", issuer=None)
+    rules.add_common_options(parser)
     return parser.parse_args()
-
-
-@asynccontextmanager
-async def idempotency_store(_server):
-    """The store sdk2/server.py's layer keeps its records in, open while the server runs."""
-    async with open_store(settings.store, Limits(settings.retention, settings.lease, settings.max_records)) as store:
-        yield store
 
 
 def strict(tool: Tool) -> Tool:
@@ -70,59 +55,59 @@ def strict(tool: Tool) -> Tool:
     return tool
 
 
-async def send_email(to: str, subject: str, body: str) -> str:
-    """Send an e-mail."""
-    await anyio.sleep(settings.charge_delay)  # a slow mail relay, to catch a call in flight
-    sent["email"] += 1
-    return f"E-mail {sent['email']} sent to {to}: {subject}"
+def outbox_server(keys: Idempotency, relay_delay: float) -> MCPServer:
+    """The outbox's tools on an MCPServer, with `keys` as its idempotency layer."""
 
+    async def send_email(to: str, subject: str, body: str) -> str:
+        """Send an e-mail."""
+        await anyio.sleep(relay_delay)  # a slow mail relay, to catch a call in flight
+        sent["email"] += 1
+        return f"E-mail {sent['email']} sent to {to}: {subject}"
 
-# The layer is sdk2/server.py's middleware, unchanged: it sees raw params before any tool runs.
-mcp = MCPServer("outbox", version="1.0", log_level="WARNING", lifespan=idempotency_store,
-                middleware=[sep_layer.idempotency], tools=[strict(Tool.from_function(send_email))])
+    mcp = MCPServer("outbox", version="1.0", log_level="WARNING", lifespan=keys.lifespan, middleware=[keys],
+                    tools=[strict(Tool.from_function(send_email))])
 
+    @mcp.tool()
+    def send_sms(to: str, text: str, idempotency_key: str | None = None) -> str:
+        """Send a text message. A repeat of `idempotency_key` is not sent again (the tool's own deduplication)."""
+        if idempotency_key is not None and idempotency_key in sms_by_key:
+            return sms_by_key[idempotency_key]
+        sent["sms"] += 1
+        answer = f"Text {sent['sms']} sent to {to}"
+        if idempotency_key is not None:
+            sms_by_key[idempotency_key] = answer
+        return answer
 
-@mcp.tool()
-def send_sms(to: str, text: str, idempotency_key: str | None = None) -> str:
-    """Send a text message. A repeat of `idempotency_key` is not sent again (the tool's own deduplication)."""
-    if idempotency_key in sms_by_key:
-        return sms_by_key[idempotency_key]
-    sent["sms"] += 1
-    answer = f"Text {sent['sms']} sent to {to}"
-    if idempotency_key is not None:
-        sms_by_key[idempotency_key] = answer
-    return answer
+    @mcp.tool(annotations=mcp_types.ToolAnnotations(read_only_hint=False, idempotent_hint=True))
+    def notify(to: str, text: str) -> str:
+        """Notify someone. Annotated idempotent; a hint is all it is, and every call notifies again."""
+        sent["notification"] += 1
+        return f"Notification {sent['notification']} sent to {to}"
 
+    @mcp.tool(annotations=mcp_types.ToolAnnotations(read_only_hint=True))
+    def seen_meta(ctx: Context) -> dict[str, Any]:
+        """Test helper: the request's `_meta`, as this SDK hands it to a tool handler."""
+        return dict(ctx.request_context.meta or {})
 
-@mcp.tool(annotations=mcp_types.ToolAnnotations(read_only_hint=False, idempotent_hint=True))
-def notify(to: str, text: str) -> str:
-    """Notify someone. Annotated idempotent; a hint is all it is, and every call notifies again."""
-    sent["notification"] += 1
-    return f"Notification {sent['notification']} sent to {to}"
+    @mcp.tool(annotations=mcp_types.ToolAnnotations(read_only_hint=True))
+    def outbox() -> dict[str, int]:
+        """Test helper: how many e-mails, texts and notifications went out."""
+        return {"email": sent["email"], "sms": sent["sms"], "notification": sent["notification"]}
 
-
-@mcp.tool(annotations=mcp_types.ToolAnnotations(read_only_hint=True))
-def seen_meta(ctx: Context) -> dict:
-    """Test helper: the request's `_meta`, as this SDK hands it to a tool handler."""
-    return dict(ctx.request_context.meta or {})
-
-
-@mcp.tool(annotations=mcp_types.ToolAnnotations(read_only_hint=True))
-def outbox() -> dict[str, int]:
-    """Test helper: how many e-mails, texts and notifications went out."""
-    return {"email": sent["email"], "sms": sent["sms"], "notification": sent["notification"]}
+    return mcp
 
 
 def main() -> None:
-    """Check the SDK as sdk2/server.py does, then serve over stdio."""
-    global settings
-    settings = sep_layer.settings = parse_args()  # the layer reads its settings where sdk2/server.py keeps them
+    """Check the SDK as the ledger server does, then serve over stdio: one tenant, this process's client (P10'')."""
+    settings = parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s", force=True)
-    sep_layer.log.setLevel(logging.DEBUG if settings.verbose else logging.INFO)
-    why = sep_layer.sdk_hides_the_key()  # P12': never look idempotent while deduplicating nothing
-    if why is not None:
-        sys.exit(sep_layer.SDK_HIDES_KEY.format(version=version("mcp"), why=why))
-    mcp.run()
+    logging.getLogger("idempotency").setLevel(logging.DEBUG if settings.verbose else logging.INFO)
+    refusal = sdk_hides_the_key()  # P12': never look idempotent while deduplicating nothing
+    if refusal is not None:
+        sys.exit(refusal)
+    keys = Idempotency(settings.store, server_info={"name": "outbox", "version": "1.0"},
+                       limits=Limits(settings.retention, settings.lease, settings.max_records))
+    outbox_server(keys, settings.charge_delay).run()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ other place a key could go, each failing for real.
 
     .venv-2x/bin/python retry/scenarios.py
 
-The same policy (retry/policy.py) charges sdk2/server.py's ledger and sends
+The same policy (retry/policy.py) charges the ledger server's ledger and sends
 retry/mail_server.py's e-mail, without knowing either tool's schema: through a
 timeout, a lost response, a server killed mid-call, a full store, and it stops on
 a conflict and an invalid key. Then the alternatives, against the same mail server:
@@ -32,15 +32,15 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
+from mcp_idempotency.demo.harness import ServerLog, say, verdict
+from mcp_idempotency.demo.ledger_demo import linked  # puts a link between the SDK's session and transport
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "sdk2"))
-from client_demo import linked  # noqa: E402  the 2.x demo's: puts a link between the SDK's session and transport
-from walkthrough import ServerLog, say, verdict  # noqa: E402
 
-from policy import TIMED_OUT, GaveUp, KeyRefused, Policy, call_tool, new_key  # noqa: E402
+from policy import TIMED_OUT, GaveUp, KeyRefused, Policy, call_tool, new_key
 
-LEDGER = HERE.parent / "sdk2" / "server.py"  # unchanged: the tool it serves is a charge
-MAIL = HERE / "mail_server.py"  # an outbox, and the alternatives
+LEDGER = ["-m", "mcp_idempotency.demo.ledger_server"]  # unchanged: the tool it serves is a charge
+MAIL = [str(HERE / "mail_server.py")]  # an outbox, and the alternatives
 TIMEOUT = 0.5  # seconds the client waits for each attempt; the servers answer in milliseconds
 QUICK = Policy(timeout=TIMEOUT, attempts=8, first_back_off=0.2, max_back_off=1.0)  # a demo's seconds, not a day's
 SLOW_CHARGE = "1.2"  # seconds a charge takes when one must outlast the client's timeout
@@ -53,7 +53,7 @@ SLOW_CHARGE = "1.2"  # seconds a charge takes when one must outlast the client's
 
 @dataclass
 class Link:
-    """Between the SDK's session and its transport (sdk2/client_demo.py's `linked` pumps it): can lose one
+    """Between the SDK's session and its transport (the ledger demo's `linked` pumps it): can lose one
     response after the server sent it, and notices when the server's side closes."""
 
     server_log: ServerLog  # the server's decisions, printed before the answer they led to
@@ -86,9 +86,9 @@ class Link:
 
 @dataclass
 class Server:
-    """A server script over stdio, started in a folder of its own: its options, decision logs and pid file."""
+    """A server over stdio, started in a folder of its own: its command, options, decision logs and pid file."""
 
-    script: Path
+    command: list[str]  # what follows the interpreter: a script, or -m and a module
     args: list[str]
     folder: Path
     who: str = "server"
@@ -96,7 +96,7 @@ class Server:
 
     def parameters(self) -> StdioServerParameters:
         """Start the script through sh, which writes the pid and becomes it, so a scenario can kill it."""
-        command = [sys.executable, str(self.script), "--verbose", *self.args]
+        command = [sys.executable, *self.command, "--verbose", *self.args]
         return StdioServerParameters(command="sh", args=["-c", 'echo $$ > "$0"; exec "$@"', str(self.pid_file),
                                                          *command])
 
@@ -115,10 +115,10 @@ class Server:
         os.kill(int(self.pid_file.read_text()), signal.SIGKILL)
 
 
-def new_server(script: Path, args: list[str], folder: Path, name: str, who: str = "server") -> Server:
+def new_server(command: list[str], args: list[str], folder: Path, name: str, who: str = "server") -> Server:
     """A server whose files live in a folder named for its scenario."""
     (folder / name).mkdir()
-    return Server(script, args, folder / name, who)
+    return Server(command, args, folder / name, who)
 
 
 @asynccontextmanager
@@ -176,7 +176,7 @@ async def answered(connection, name: str, arguments: dict, **options) -> str:
 
 
 async def ledger(client: Client) -> dict:
-    """Ground truth from sdk2/server.py's get_balance."""
+    """Ground truth from the ledger server's get_balance."""
     truth = structured(await client.call_tool("get_balance", {}))
     say("ledger", f"{truth['charges']} charge(s), balance {truth['balance']}")
     return truth
@@ -196,7 +196,7 @@ async def outbox(client: Client) -> dict:
 
 async def slow_charge(folder: Path) -> bool:
     """A charge slower than the client's timeout: timed out, told in progress, backed off, replayed."""
-    print(f"1. The ledger (sdk2/server.py): charge_guarded takes {SLOW_CHARGE}s, the client waits {TIMEOUT}s")
+    print(f"1. The ledger (the ledger server): charge_guarded takes {SLOW_CHARGE}s, the client waits {TIMEOUT}s")
     policy_log.lines.clear()
     server = new_server(LEDGER, ["--store", f"sqlite:{folder}/ledger.db", "--charge-delay", SLOW_CHARGE], folder,
                         "slow")

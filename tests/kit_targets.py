@@ -21,7 +21,7 @@ from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 
 from oauth import READ, RESOURCE, Issuer
-from wire import ROOT, free_port, sdk2_python
+from wire import ROOT, SDK2_SERVER, free_port, sdk2_python
 
 sys.path.insert(0, str(ROOT / "conformance"))
 import kit  # noqa: E402
@@ -39,14 +39,19 @@ def python_2x(script: str) -> list[str]:
     return [sdk2_python(), str(ROOT / script)]
 
 
+def ledger_server() -> list[str]:
+    """The package's 2.x ledger server, run by the mcp 2.x interpreter."""
+    return [sdk2_python(), *SDK2_SERVER]
+
+
 # name -> (column title, transport, the server's command, extra kit options)
 TARGETS = {
     "1x-stdio": ("1.x stdio", "stdio", lambda: [PYTHON_1X, str(ROOT / "server.py")], []),
-    "2x-stdio": ("2.x stdio", "stdio", lambda: python_2x("sdk2/server.py"), []),
-    "2x-http": ("2.x HTTP", "http", lambda: python_2x("sdk2/server.py"), []),
-    "2x-http-2025": ("2.x HTTP, 2025 handshake", "http", lambda: python_2x("sdk2/server.py"),
+    "2x-stdio": ("2.x stdio", "stdio", ledger_server, []),
+    "2x-http": ("2.x HTTP", "http", ledger_server, []),
+    "2x-http-2025": ("2.x HTTP, 2025 handshake", "http", ledger_server,
                      ["--revision", "2025-11-25"]),
-    "2x-http-auth": ("2.x HTTP, authorisation", "http", lambda: python_2x("sdk2/server.py"), []),
+    "2x-http-auth": ("2.x HTTP, authorisation", "http", ledger_server, []),
     "ts-stdio": ("TS stdio", "stdio", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
     "ts-http": ("TS HTTP", "http", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
 }
@@ -83,7 +88,7 @@ STAND_INS = {
         "key-scoped-to-principal", "other-principals-key-no-conflict", "other-principals-key-not-in-progress"}),
 }
 
-# Behind authorisation (sdk2/auth.py): served over HTTP, trusting the real issuer (tests/oauth.py),
+# Behind authorisation (mcp_idempotency/auth.py): served over HTTP, trusting the real issuer (tests/oauth.py),
 # and checked with Alice's token, Bob's, and Alice's without the charge scope (K2, K3).
 AUTHORISED = {"2x-http-auth", "shares-keys-across-principals"}
 for name, (script, _) in STAND_INS.items():
@@ -93,7 +98,7 @@ for name, (script, _) in STAND_INS.items():
 
 def with_store(command: list[str], folder: Path, variant: str) -> list[str]:
     """The 2.x servers and stand-ins get a SQLite store of their own per variant: each starts empty."""
-    if "sdk2" in command[-1] or "stand_ins" in command[-1]:
+    if command[1:] == SDK2_SERVER or "stand_ins" in command[-1]:
         return [*command, "--store", f"sqlite:{folder / (variant or 'main')}.db"]
     return command
 

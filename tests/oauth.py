@@ -1,4 +1,4 @@
-"""The real issuer (sdk2/issuer.py) as a subprocess on 127.0.0.1, and tokens from it, for the authorisation tests.
+"""The real issuer (mcp_idempotency.demo.issuer) as a subprocess on 127.0.0.1, and tokens from it, for the authorisation tests.
 
 Every token here is a real one, signed by the issuer's key and fetched from its token
 endpoint by client credentials, except the forgeries `forged()` builds on purpose:
@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 from wire import REPLY_TIMEOUT, ROOT, free_port, sdk2_python, start
 
-ISSUER = ROOT / "sdk2" / "issuer.py"
+ISSUER = ["-m", "mcp_idempotency.demo.issuer"]
 # Every instance of one deployment is one resource, the `aud` of its tokens (RFC 8707),
 # whatever port each instance listens on: the URL its clients know it by.
 RESOURCE = "http://ledger.test/mcp"
@@ -26,13 +26,13 @@ READ, CHARGE = "ledger:read", "ledger:charge"
 
 
 class Issuer:
-    """sdk2/issuer.py, started and listening; stopped by close()."""
+    """The demo issuer, started and listening; stopped by close()."""
 
     def __init__(self, *args: str, port: int | None = None):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen([sdk2_python(), str(ISSUER), "--port", str(self.port), *args],
+        self.process = subprocess.Popen([sdk2_python(), *ISSUER, "--port", str(self.port), *args],
                                         stdout=subprocess.DEVNULL, stderr=self.stderr, text=True)
         deadline = time.monotonic() + REPLY_TIMEOUT
         while "serving" not in self.log() or not self.answers():
@@ -90,7 +90,7 @@ def bearer(token: str) -> dict:
 
 
 def start_protected(issuer: Issuer, *server_args: str, token: str):
-    """sdk2/server.py over HTTP, trusting `issuer`, spoken to with `token` until told otherwise."""
+    """The 2.x ledger server over HTTP, trusting `issuer`, spoken to with `token` until told otherwise."""
     return start("2x-http", "--issuer", issuer.url, "--resource", RESOURCE, *server_args, headers=bearer(token))
 
 

@@ -4,9 +4,12 @@
     python3 tests/run.py -m slow     any pytest options replace the default -m "not slow" -n 2
 
 The two SDKs cannot share one environment, so there are two: .venv (mcp 1.x, pytest)
-runs pytest and server.py; .venv-2x (mcp 2.x, asyncpg) runs sdk2/server.py, which the
-tests start as a subprocess. Both are made if missing and brought up to date.
-PostgreSQL tests need SEP3182_POSTGRES (tests/postgres.sh starts a throwaway server).
+runs pytest and server.py; .venv-2x (mcp 2.x) holds the package in idempotency/, with
+its PostgreSQL and OAuth extras, and runs its servers, which the tests start as
+subprocesses. pytest imports the package's stores and rules in process too, which
+need no SDK, so .venv takes the package without its dependencies (mcp 2.x). Both are
+made if missing and brought up to date. PostgreSQL tests need SEP3182_POSTGRES
+(tests/postgres.sh starts a throwaway server), the pooler tests pgbouncer too.
 """
 
 import subprocess
@@ -14,19 +17,20 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# Each environment: what pip installs in it, one list per pip command.
 ENVIRONMENTS = {
-    ".venv": ["requirements.txt", "tests/requirements.txt"],
-    ".venv-2x": ["sdk2/requirements.txt", "sdk2/requirements-postgres.txt", "sdk2/requirements-auth.txt"],
+    ".venv": [["-r", "requirements.txt", "-r", "tests/requirements.txt"], ["--no-deps", "-e", "idempotency"]],
+    ".venv-2x": [["-e", "idempotency[postgres,auth]"]],
 }
 
 
-def prepared(folder: str, requirements: list[str]) -> Path:
-    """A virtual environment in `folder` with `requirements` installed; its python."""
+def prepared(folder: str, installs: list[list[str]]) -> Path:
+    """A virtual environment in `folder` with each of `installs` done by pip; its python."""
     python = ROOT / folder / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(ROOT / folder)], check=True)
-    install = [str(python), "-m", "pip", "install", "-q"]
-    subprocess.run([*install, *(f"-r{ROOT / name}" for name in requirements)], check=True)
+    for install in installs:
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *install], cwd=ROOT, check=True)
     return python
 
 

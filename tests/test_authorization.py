@@ -1,6 +1,6 @@
 """K1-K3 over HTTP with real OAuth tokens: whose key it is (P10'', P21), and a replay's authorisation (P22).
 
-Every test starts the real issuer (sdk2/issuer.py, Authlib) and sdk2/server.py --issuer as
+Every test starts the real issuer (mcp_idempotency.demo.issuer, Authlib) and the 2.x ledger server --issuer as
 subprocesses on 127.0.0.1, and speaks with real access tokens, fetched by client
 credentials for Alice and Bob; the forged ones are made the way an attacker makes them
 (tests/oauth.py). What is pinned:
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.targets("2x-http")
 
 METADATA = "http://ledger.test/.well-known/oauth-protected-resource/mcp"  # RFC 9728, for RESOURCE
 EVERY_SCOPE = f"{CHARGE} {READ}"  # what a 401 names: every scope the server uses, as its metadata lists them
-JWKS_REFETCH_SECONDS = 5.0  # sdk2/auth.py: an unknown kid fetches the keys again at most this often
+JWKS_REFETCH_SECONDS = 5.0  # mcp_idempotency/auth.py: an unknown kid fetches the keys again at most this often
 
 
 @pytest.fixture(scope="module")
@@ -369,7 +369,7 @@ def test_server_without_authorisation_says_at_start_that_it_serves_one_tenant(wi
 
 
 def test_non_loopback_address_without_authorisation_is_refused_unless_asked_for_on_purpose():
-    command = [sdk2_python(), str(SDK2_SERVER), "--transport", "http", "--host", "0.0.0.0",
+    command = [sdk2_python(), *SDK2_SERVER, "--transport", "http", "--host", "0.0.0.0",
                "--port", str(free_port()), "--store", "memory"]
 
     refused = subprocess.run(command, capture_output=True, text=True, timeout=60)

@@ -11,7 +11,7 @@ import pytest
 
 import kit_targets
 from kit_targets import kit
-from wire import ROOT, sdk2_python
+from wire import ROOT, SDK2_SERVER, sdk2_python
 
 REQUIREMENTS = kit.load_requirements(ROOT / "conformance" / "sep-3182.yaml")["requirements"]
 CHECK_IDS = {check.id for check in kit.CHECKS}
@@ -94,8 +94,10 @@ def run(*options: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
-def stdio_command(script: str, tmp_path) -> str:
-    return subprocess.list2cmdline([sdk2_python(), str(ROOT / script), "--store", f"sqlite:{tmp_path / 'store.db'}"])
+def stdio_command(script: str | None, tmp_path) -> str:
+    """The 2.x ledger server (no script) or a stand-in script, on a SQLite store of its own."""
+    server = SDK2_SERVER if script is None else [str(ROOT / script)]
+    return subprocess.list2cmdline([sdk2_python(), *server, "--store", f"sqlite:{tmp_path / 'store.db'}"])
 
 
 def test_list_prints_every_check():
@@ -112,7 +114,7 @@ def test_a_failing_check_fails_the_run_unless_baselined_and_a_stale_baseline_fai
 
     regression = run("--command", stand_in, *chosen, "--json", str(tmp_path / "checks.json"))
     expected = run("--command", stand_in, *chosen, "--expected-failures", str(baseline))
-    stale = run("--command", stdio_command("sdk2/server.py", tmp_path), *chosen, "--expected-failures", str(baseline))
+    stale = run("--command", stdio_command(None, tmp_path), *chosen, "--expected-failures", str(baseline))
 
     assert regression.returncode == 1, regression.stdout
     assert regression.stdout.splitlines()[-1] == "sep-3182: 1 passed, 1 failed, 0 warnings, 0 skipped"
@@ -198,7 +200,7 @@ def test_each_stand_in_falls_short_on_exactly_the_checks_of_its_broken_rule(name
 def test_authorisation_checks_without_their_credentials_are_not_run_and_the_summary_says_so(tmp_path):
     """K2 and K3 need a second principal's token and a narrowed one: without them, SKIPPED, never passed."""
     chosen = ["sep-3182-key-scoped-to-principal", "sep-3182-replay-rechecks-authorisation"]
-    ran = run("--command", stdio_command("sdk2/server.py", tmp_path), *[o for c in chosen for o in ("--check", c)],
+    ran = run("--command", stdio_command(None, tmp_path), *[o for c in chosen for o in ("--check", c)],
               "--json", str(tmp_path / "checks.json"))
     report = json.loads((tmp_path / "checks.json").read_text())
     assert ran.returncode == 0, ran.stdout

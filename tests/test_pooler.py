@@ -23,7 +23,7 @@ import pytest
 from conftest import POSTGRES, postgres_database
 from stores import decisions
 from test_several_instances import check_each_key_charged_once, each_key_sent_to_two_instances_at_once, instances
-from wire import ROOT, sdk2_python
+from wire import ROOT, SDK2_SERVER, sdk2_python
 
 pytestmark = pytest.mark.targets("2x-http")
 
@@ -57,7 +57,7 @@ def pooler():
 
 def refusal(store: str) -> str:
     """What the 2.x server says when it will not start on `store`: its one line of stderr."""
-    server = subprocess.run([sdk2_python(), ROOT / "sdk2" / "server.py", "--transport", "http",
+    server = subprocess.run([sdk2_python(), *SDK2_SERVER, "--transport", "http",
                              "--port", str(free_port()), "--store", store],
                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=STARTUP_TIMEOUT)
     assert server.returncode != 0, f"the server started on {store}:\n{server.stderr}"

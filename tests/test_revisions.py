@@ -59,10 +59,9 @@ def test_the_same_revision_replays_byte_for_byte(wire):
 # handshake: it validates every result against the revision it speaks.
 SDK2_CLIENT_RETRY = """
 import anyio, sys
-sys.path.insert(0, "sdk2")
 from mcp import Client
 import mcp_types
-from server import KeyedCall, KeyedCallParams
+from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
 async def retry():
     async with Client(sys.argv[1], mode="auto") as client:
         call = KeyedCall(params=KeyedCallParams(name="charge_guarded", arguments={"amount": 100}, idempotency_key="p20-d"))

@@ -1,5 +1,5 @@
-"""The mcp 2.x demos end to end: sdk2/client_demo.py over stdio and HTTP, sdk2/cluster_demo.py and
-sdk2/auth_demo.py on SQLite and PostgreSQL; their scenarios pass, and their verdicts fail against
+"""The mcp 2.x demos end to end: the ledger demo over stdio and HTTP, the cluster demo and
+the authorisation demo on SQLite and PostgreSQL; their scenarios pass, and their verdicts fail against
 servers that break the SEP."""
 
 import json
@@ -11,45 +11,48 @@ from wire import ROOT, sdk2_python
 
 pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
 
-CLIENT_DEMO = ROOT / "sdk2" / "client_demo.py"
-CLUSTER_DEMO = ROOT / "sdk2" / "cluster_demo.py"
-AUTH_DEMO = ROOT / "sdk2" / "auth_demo.py"
+CLIENT_DEMO = "mcp_idempotency.demo.ledger_demo"
+CLUSTER_DEMO = "mcp_idempotency.demo.cluster_demo"
+AUTH_DEMO = "mcp_idempotency.demo.auth_demo"
 
-# Stand-ins for sdk2/server.py that break one SEP rule each, to show the demo's PASS is earned.
+# Stand-ins for the ledger server that break one SEP rule each, to show the demo's PASS is earned:
+# each a subclass of the public layer, passed to the server's main.
+STAND_IN = """
+from mcp_idempotency.demo import ledger_server
+from mcp_idempotency.layer import Idempotency
+class StandIn(Idempotency):
+{body}
+ledger_server.main(StandIn)
+"""
 NO_DEDUPLICATION = """
-import server
-async def passed_through(ctx, call_next):  # the capability is still advertised, the key ignored
-    return await call_next(ctx)
-server.idempotent_tools_call = passed_through
-server.main()
+    async def tools_call(self, ctx, call_next):  # the capability is still advertised, the key ignored
+        return await call_next(ctx)
 """
 UNSCOPED_AND_UNCHECKED = """
-import server
-server.record_key = lambda ctx, key: key  # K2 broken: the bare key, whoever sends it
-server.TOOL_SCOPES.clear()  # K3 broken: any valid token may call any tool
-server.main()
+    def store_key(self, key):  # K2 broken: the bare key, whoever sends it
+        return key
+ledger_server.TOOL_SCOPES.clear()  # K3 broken: any valid token may call any tool
 """
 NO_CAPABILITY = """
-import server
-server.advertised = lambda result: result  # tools.idempotency left out of server/discover
-server.main()
+    def advertised(self, result):  # tools.idempotency left out of server/discover
+        return result
 """
 
 
-def play(demo, *options: str, server: str | None = None) -> subprocess.CompletedProcess:
-    """Run a 2.x demo with the 2.x interpreter, against sdk2/server.py or a stand-in written from `server`."""
-    command = [sdk2_python(), str(demo), *options]
+def play(demo: str, *options: str, server: str | None = None) -> subprocess.CompletedProcess:
+    """Run a 2.x demo module with the 2.x interpreter, against the ledger server or a stand-in script."""
+    command = [sdk2_python(), "-m", demo, *options]
     if server is not None:
-        command = [sdk2_python(), "-c", f"import sys; sys.path.insert(0, {str(demo.parent)!r}); sys.argv[0] = "
-                   f"{str(demo)!r}; import client_demo, pathlib; client_demo.SERVER = pathlib.Path({server!r}); "
-                   f"import {demo.stem}; {demo.stem}.main()", *options]
+        command = [sdk2_python(), "-c", f"import sys; sys.argv[0] = {demo!r}; "
+                   f"from mcp_idempotency.demo import ledger_demo; ledger_demo.SERVER = [{server!r}]; "
+                   f"import {demo}; {demo}.main()", *options]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
 
 
-def stand_in(tmp_path, source: str) -> str:
-    """A stand-in server script that imports sdk2/server.py and changes one thing."""
+def stand_in(tmp_path, body: str) -> str:
+    """A stand-in server script: the ledger server with one method of its layer changed."""
     path = tmp_path / "stand_in.py"
-    path.write_text(f"import sys; sys.path.insert(0, {str(ROOT / 'sdk2')!r})\n" + source)
+    path.write_text(STAND_IN.format(body=body))
     return str(path)
 
 

@@ -1,6 +1,6 @@
 """P15, P16, P17: several instances on one store; a retry that lands on another instance still charges once.
 
-Every test starts real sdk2/server.py processes over stateless Streamable HTTP on
+Every test starts real 2.x ledger server processes over stateless Streamable HTTP on
 127.0.0.1, all on one store, and runs once on each shared store: a SQLite file in
 the test's tmp_path, and a fresh PostgreSQL database (`postgres_url`; skipped
 without SEP3182_POSTGRES).
@@ -33,7 +33,6 @@ from stores import CHARGED, audit, decisions, read_store
 from wire import CONFLICT, IN_PROGRESS, REPLY_TIMEOUT, ROOT, error_type, sdk2_python, start, start_together, text_of
 
 FAULTS = Path(__file__).resolve().parent / "faults"  # sitecustomize.py: kill or hold a call at a phase
-SDK2 = ROOT / "sdk2"
 
 pytestmark = pytest.mark.targets("2x-http")
 
@@ -72,9 +71,8 @@ OPENS = 20  # times each instance opens and closes the store: a server opens it 
 # instances out): wait for the word "go", then open the store, take a key, close it.
 OPEN_THE_STORE = """
 import os, sys, time, anyio
-sys.path.insert(0, sys.argv[1])
-from store import Limits, open_store
-ready, go, url = sys.argv[2:]
+from mcp_idempotency.stores import Limits, open_store
+ready, go, url = sys.argv[1:]
 open(ready, "w").close()
 while not os.path.exists(go):
     time.sleep(0.001)
@@ -92,7 +90,7 @@ def test_a_fleet_started_at_once_on_a_new_sqlite_file_all_comes_up(tmp_path):
     for round_ in range(FLEET_ROUNDS):
         folder = tmp_path / str(round_)
         folder.mkdir()
-        fleet = [subprocess.Popen([sdk2_python(), "-c", OPEN_THE_STORE, str(SDK2), str(folder / f"ready-{i}"),
+        fleet = [subprocess.Popen([sdk2_python(), "-c", OPEN_THE_STORE, str(folder / f"ready-{i}"),
                                    str(folder / "go"), f"sqlite:{folder / 'store.db'}"],
                                   stderr=subprocess.PIPE, text=True) for i in range(FLEET)]
         try:

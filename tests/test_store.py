@@ -1,4 +1,4 @@
-"""P8, P9, P16, P17, P18 in sdk2/store/ itself: each store in this process, spoken to as the
+"""P8, P9, P16, P17, P18 in mcp_idempotency/stores/ itself: each store in this process, spoken to as the
 2.x server's dispatch layer speaks to it.
 
 The memory and SQLite stores read a clock they are given, so a fake one moves their
@@ -6,7 +6,6 @@ windows without sleeping. PostgreSQL keeps time on the database's clock (P19): t
 the windows are a second long and the test waits them out.
 """
 
-import importlib
 import subprocess
 import sys
 
@@ -15,13 +14,8 @@ import pytest
 
 from conftest import FakeClock
 from stores import execute
-from wire import ROOT, sdk2_python
-
-# sdk2/ goes last on sys.path: first, its server.py would shadow the 1.x one.
-sys.path.append(str(ROOT / "sdk2"))
-store_module = importlib.import_module("store")
-memory, sqlite = importlib.import_module("store.memory"), importlib.import_module("store.sqlite")
-Full, Held, Limits, Won = store_module.Full, store_module.Held, store_module.Limits, store_module.Won
+from mcp_idempotency.stores import Full, Held, Limits, Won, memory, postgres, sqlite
+from wire import SDK2_SERVER, sdk2_python
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("2x-stdio", "2x-http")]
 
@@ -48,7 +42,6 @@ async def opened(request, tmp_path):
     """Each store with a one-second retention and lease, and room for two records."""
     limits = Limits(retention=WINDOW, lease=WINDOW, max_records=2)
     if request.param == "postgresql":
-        postgres = importlib.import_module("store.postgres")
         store = await postgres.PostgresStore.open(request.getfixturevalue("postgres_url"), limits)
         yield Opened(store, None)
     else:
@@ -63,7 +56,8 @@ async def charged(store, key: str, amount: int = 100, fingerprint: bytes = FINGE
     """A keyed charge's unit of work as the server runs it: the charge, then commit with the record."""
     async with store.transaction() as tx:
         await tx.charge(amount)
-        return await tx.commit_with_record(key, fingerprint, f"charged {amount}")
+        tx.complete(key, fingerprint, f"charged {amount}")
+    return tx.completed
 
 
 async def ledger(store) -> dict:
@@ -203,7 +197,8 @@ async def test_a_nested_unit_of_work_that_fails_undoes_its_own_writes_only(opene
     await store.claim("k", FINGERPRINT)
     async with store.transaction() as tx:  # keyed: the dispatch layer's unit of work around the tool
         await tool()
-        assert await tx.commit_with_record("k", FINGERPRINT, "done")
+        tx.complete("k", FINGERPRINT, "done")
+    assert tx.completed
     assert await ledger(store) == {"balance": 2, "charges": 2}
 
 
@@ -219,7 +214,6 @@ async def test_claims_and_completions_at_once_under_any_default_isolation_level_
                             f"'{isolation}'")
     finally:
         await admin.close()
-    postgres = importlib.import_module("store.postgres")
     store = await postgres.PostgresStore.open(postgres_url, Limits(retention=60, lease=30, max_records=1000))
     won = []
 
@@ -244,7 +238,6 @@ async def test_a_claim_waiting_on_a_locked_key_answers_in_progress_and_holds_up_
     key's row; a retry's takeover waited on it forever, holding the count row, and so did every new key."""
     import asyncpg
 
-    postgres = importlib.import_module("store.postgres")
     store = await postgres.PostgresStore.open(postgres_url, Limits(retention=60, lease=WINDOW, max_records=100))
     frozen = await asyncpg.connect(postgres_url)
     answers, took = {}, {}
@@ -306,7 +299,7 @@ BAD_STORES = [
 
 @pytest.mark.parametrize(("url", "said"), BAD_STORES)
 def test_a_store_that_cannot_be_opened_stops_the_server_with_one_line(url, said):
-    refused = subprocess.run([sdk2_python(), str(ROOT / "sdk2" / "server.py"), "--store", url],
+    refused = subprocess.run([sdk2_python(), *SDK2_SERVER, "--store", url],
                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
 
     assert refused.returncode == 1 and refused.stdout == ""
@@ -323,7 +316,7 @@ def test_a_store_made_by_the_previous_version_stops_the_server_with_one_line(sto
     """Issue 16, findings 7 and 12: the schema version is recorded and checked; an old store was
     silently used with the new code's statements (or, on PostgreSQL, never upgraded)."""
     execute(store_url, SCHEMA_1)
-    refused = subprocess.run([sdk2_python(), str(ROOT / "sdk2" / "server.py"), "--store", store_url],
+    refused = subprocess.run([sdk2_python(), *SDK2_SERVER, "--store", store_url],
                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
 
     assert refused.returncode == 1 and refused.stdout == ""

@@ -3,8 +3,8 @@
 One suite, three targets, each a real server process:
 
     1x-stdio   server.py on mcp 1.x, over stdio, after the 2025 initialize handshake
-    2x-stdio   sdk2/server.py on mcp 2.x, over stdio, on the 2026-07-28 revision
-    2x-http    sdk2/server.py on mcp 2.x, over stateless Streamable HTTP, 2026-07-28
+    2x-stdio   the package's ledger server (mcp_idempotency.demo.ledger_server) on mcp 2.x, over stdio, on the 2026-07-28 revision
+    2x-http    the same server on mcp 2.x, over stateless Streamable HTTP, 2026-07-28
 
 `Wire` hides only what the transport and the revision require (framing, the
 2026-07-28 `_meta` envelope and headers); the params a test sends are sent as
@@ -30,9 +30,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "server.py"
-SDK2_SERVER = ROOT / "sdk2" / "server.py"
+# The 2.x ledger server, as its environment runs it: a module of the installed package.
+SDK2_SERVER = ["-m", "mcp_idempotency.demo.ledger_server"]
 SDK2_PYTHON = Path(os.environ.get("SEP3182_SDK2_PYTHON", ROOT / ".venv-2x" / "bin" / "python"))
-SDK2_SETUP = "python3 -m venv .venv-2x && .venv-2x/bin/pip install -r sdk2/requirements.txt"
+SDK2_SETUP = "python3 tests/run.py, or: python3 -m venv .venv-2x && .venv-2x/bin/pip install -e 'idempotency[postgres,auth]'"
 
 TARGETS = ["1x-stdio", "2x-stdio", "2x-http"]
 
@@ -401,13 +402,13 @@ class HttpWire(Wire):
         return self.process.returncode
 
 
-def start(target: str, *server_args: str, server: Path | None = None, store_dir: Path | None = None,
+def start(target: str, *server_args: str, server: list[str] | None = None, store_dir: Path | None = None,
           headers: dict | None = None) -> Wire:
     """Start `target` with command-line options; the 2.x server gets a fresh SQLite store unless told otherwise.
     Over HTTP, `headers` go with every message (a bearer token)."""
     if target == "1x-stdio":
-        return LegacyStdioWire(target, [sys.executable, str(server or SERVER), "--verbose", *server_args])
-    command = [sdk2_python(), str(server or SDK2_SERVER), "--verbose"]
+        return LegacyStdioWire(target, [sys.executable, *(server or [str(SERVER)]), "--verbose", *server_args])
+    command = [sdk2_python(), *(server or SDK2_SERVER), "--verbose"]
     if not any(arg.startswith("--store") for arg in server_args):
         folder = store_dir or Path(tempfile.mkdtemp(prefix="sep3182-"))
         folder.mkdir(parents=True, exist_ok=True)

@@ -42,19 +42,19 @@ there, or to hold the call there):
                          commits: `SQLiteTransaction.charge` / `PostgresTransaction.charge`
                          kill after the UPDATE returned.
     after-commit         the charge and the completed record are committed, the reply is
-                         not sent: `commit_with_record` kills once it returned True.
+                         not sent: the transaction's `commit` kills once it completed the record.
 
 The server code holds no fault code: everything here wraps the store's own functions
-from outside. The server imports its store as a top-level package (`from store import
-...`, found in sdk2/ because sdk2/server.py is the script), which imports its backend
-module (`store.sqlite`, `store.postgres`) only when it opens one, so none exists yet
+from outside. The server imports its store package (`mcp_idempotency.stores`), which
+imports its backend module (`mcp_idempotency.stores.sqlite`, `...postgres`) only when
+it opens one, so none exists yet
 when this module runs. A finder put first on `sys.meta_path` waits for those imports
 (and asyncpg's): it lets the normal finders locate
 the module, wraps the loader they return, and applies the patches as soon as the module's
 own code has run, before any importer gets it back. Nothing else is touched: the SDK,
 the server module and the store's SQL are the ones the other tests run.
 
-The clock offset replaces `time.time` at start-up, before `store` is imported, so
+The clock offset replaces `time.time` at start-up, before the store is imported, so
 `SQLiteStore`'s default clock (`clock=time.time`, bound when the class is defined) is the
 skewed one too: that is the clock SQLite's leases and retention are measured on. The
 PostgreSQL store never reads it (P19), which is what the clock tests show.
@@ -121,7 +121,7 @@ async def reached(phase: str) -> None:
 
 
 # ----------------------------------------------------------------------------
-# The phases: one set of wrappers each, applied to the module `store` once it is imported
+# The phases: one set of wrappers each, applied to the store's backend module once it is imported
 # ----------------------------------------------------------------------------
 
 
@@ -169,14 +169,14 @@ def before_sqlite_claim_commits(sqlite) -> None:
     sqlite.connect = connect_watching  # SQLiteStore looks the name up in its module at each call
 
 
-def reach_after(classes, name: str, phase: str, when=lambda result: True) -> None:
-    """Wrap each class's async method `name`: once it returns a result `when` accepts, `phase` is reached."""
+def reach_after(classes, name: str, phase: str, when=lambda obj, result: True) -> None:
+    """Wrap each class's async method `name`: once it returns and `when` accepts the object and result, `phase` is reached."""
     for cls in classes:
         method = getattr(cls, name)
 
         async def wrapped(self, *args, method=method):
             result = await method(self, *args)
-            if when(result):
+            if when(self, result):
                 await reached(phase)
             return result
 
@@ -185,7 +185,7 @@ def reach_after(classes, name: str, phase: str, when=lambda result: True) -> Non
 
 def after_claim_wins(backend) -> None:
     reach_after([backend.SQLiteStore if hasattr(backend, "SQLiteStore") else backend.PostgresStore],
-                "claim", "after-claim", lambda claim: type(claim).__name__ == "Won")
+                "claim", "after-claim", lambda _, claim: type(claim).__name__ == "Won")
 
 
 def transaction_of(backend):
@@ -197,14 +197,14 @@ def after_charge(backend) -> None:
 
 
 def after_completing_commit(backend) -> None:
-    reach_after([transaction_of(backend)], "commit_with_record", "after-commit", lambda committed: committed)
+    reach_after([transaction_of(backend)], "commit", "after-commit", lambda tx, _: tx.completed)
 
 
 def before_postgres_claim_commits(asyncpg) -> None:
     fetchrow = asyncpg.Connection.fetchrow
 
     async def wrapped(self, query, *args, **options):
-        postgres = sys.modules.get("store.postgres")
+        postgres = sys.modules.get("mcp_idempotency.stores.postgres")
         if postgres is not None and query == postgres.CLAIM:
             await reached("before-claim-commit")
         return await fetchrow(self, query, *args, **options)
@@ -214,10 +214,10 @@ def before_postgres_claim_commits(asyncpg) -> None:
 
 # What to wrap in each backend module of the server's store package, for each phase.
 BACKEND_PATCHES = {
-    "before-claim-commit": {"store.sqlite": before_sqlite_claim_commits},
-    "after-claim": {"store.sqlite": after_claim_wins, "store.postgres": after_claim_wins},
-    "after-charge": {"store.sqlite": after_charge, "store.postgres": after_charge},
-    "after-commit": {"store.sqlite": after_completing_commit, "store.postgres": after_completing_commit},
+    "before-claim-commit": {"mcp_idempotency.stores.sqlite": before_sqlite_claim_commits},
+    "after-claim": {"mcp_idempotency.stores.sqlite": after_claim_wins, "mcp_idempotency.stores.postgres": after_claim_wins},
+    "after-charge": {"mcp_idempotency.stores.sqlite": after_charge, "mcp_idempotency.stores.postgres": after_charge},
+    "after-commit": {"mcp_idempotency.stores.sqlite": after_completing_commit, "mcp_idempotency.stores.postgres": after_completing_commit},
 }
 
 

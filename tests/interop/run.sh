@@ -3,8 +3,8 @@
 # (a fresh ledger; the 2.x servers each with a fresh SQLite store):
 #
 #   ts_client.mjs    (SDK 1.x, 2025-11-25 initialize)  over stdio  against server.py       on mcp 1.x
-#   ts_client.mjs    (SDK 1.x, 2025-11-25 initialize)  over HTTP   against sdk2/server.py  on mcp 2.x
-#   ts_client_v2.mjs (SDK 2.x, 2026-07-28 discover)    over HTTP   against sdk2/server.py  on mcp 2.x
+#   ts_client.mjs    (SDK 1.x, 2025-11-25 initialize)  over HTTP   against the 2.x ledger server  on mcp 2.x
+#   ts_client_v2.mjs (SDK 2.x, 2026-07-28 discover)    over HTTP   against the 2.x ledger server  on mcp 2.x
 #
 #   tests/interop/run.sh PYTHON_1X PYTHON_2X     e.g. tests/interop/run.sh .venv/bin/python .venv-2x/bin/python
 #
@@ -49,12 +49,12 @@ free_port() {  # a loopback port nobody listens on now
   "$python2x" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-start_2x() {  # start sdk2/server.py over HTTP with a fresh store; sets server, log and url
+start_2x() {  # start the 2.x ledger server over HTTP with a fresh store; sets server, log and url
   local dir port tick
   dir=$(mktemp -d "$tmp/2x.XXXX")
   port=$(free_port)
   log=$dir/server.log
-  "$python2x" "$root/sdk2/server.py" --transport http --host 127.0.0.1 --port "$port" \
+  "$python2x" -m mcp_idempotency.demo.ledger_server --transport http --host 127.0.0.1 --port "$port" \
     --store "sqlite:$dir/store.db" --verbose >"$log" 2>&1 &
   server=$!
   url=http://127.0.0.1:$port/mcp
@@ -63,7 +63,7 @@ start_2x() {  # start sdk2/server.py over HTTP with a fresh store; sets server, 
     kill -0 "$server" 2>/dev/null || break
     sleep 0.1
   done
-  echo "sdk2/server.py did not come up on $url:" >&2
+  echo "the 2.x ledger server did not come up on $url:" >&2
   cat "$log" >&2
   return 1
 }

@@ -3,7 +3,7 @@
 // idempotencyKey beside arguments must see the same thing, over either transport.
 //
 //   node tests/interop/ts_client.mjs stdio PYTHON SERVER_PY    (a server it starts, e.g. server.py on mcp 1.x)
-//   node tests/interop/ts_client.mjs http URL                  (Streamable HTTP, e.g. sdk2/server.py on mcp 2.x)
+//   node tests/interop/ts_client.mjs http URL                  (Streamable HTTP, e.g. the 2.x ledger server on mcp 2.x)
 //
 // Either way it speaks the 2025-11-25 revision with the initialize handshake.
 // Exit 0: every check held. tests/interop/run.sh runs both.

@@ -2,7 +2,7 @@
 // implements the 2026-07-28 revision: it opts into version negotiation, so connect()
 // probes server/discover and the session speaks 2026-07-28 without an initialize.
 //
-//   node tests/interop/ts_client_v2.mjs URL    (Streamable HTTP, e.g. sdk2/server.py on mcp 2.x)
+//   node tests/interop/ts_client_v2.mjs URL    (Streamable HTTP, e.g. the 2.x ledger server on mcp 2.x)
 //
 // Exit 0: every check held. tests/interop/run.sh runs it.
 

@@ -1,11 +1,17 @@
-"""A stand-in for sdk2/server.py that breaks one rule: it deduplicates, but never declares
+"""A stand-in for the 2.x ledger server that breaks one rule: it deduplicates, but never declares
 capabilities.tools.idempotency (C1), so a careful client cannot know it may rely on keys."""
 
-import sys
-from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk2"))
-import server  # noqa: E402
+from mcp_idempotency.demo import ledger_server
+from mcp_idempotency.layer import Idempotency
 
-server.advertised = lambda result: result
-server.main()
+
+class DropsTheCapability(Idempotency):
+    """The layer, with the capability left out of server/discover and initialize."""
+
+    def advertised(self, result: dict[str, Any]) -> dict[str, Any]:
+        return result
+
+
+ledger_server.main(DropsTheCapability)

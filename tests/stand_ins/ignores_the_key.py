@@ -1,19 +1,18 @@
-"""A stand-in for sdk2/server.py that breaks one rule: it ignores idempotencyKey (S0, S2).
-
+"""A stand-in for the 2.x ledger server that breaks one rule: it ignores idempotencyKey (S0, S2).
 It still advertises the capability, so a client that checked it would trust it.
 """
 
-import sys
-from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk2"))
-import server  # noqa: E402
-
-
-async def passed_through(ctx, call_next):
-    """Every tools/call goes to the tool, key or no key."""
-    return await call_next(ctx)
+from mcp_idempotency.demo import ledger_server
+from mcp_idempotency.layer import CallNext, Idempotency
 
 
-server.idempotent_tools_call = passed_through
-server.main()
+class IgnoresTheKey(Idempotency):
+    """The layer, with every tools/call sent to the tool, key or no key."""
+
+    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
+        return await call_next(ctx)
+
+
+ledger_server.main(IgnoresTheKey)

@@ -1,27 +1,27 @@
-"""A stand-in for sdk2/server.py that breaks one rule: a duplicate of a running call waits for the
+"""A stand-in for the 2.x ledger server that breaks one rule: a duplicate of a running call waits for the
 original and gets its result, instead of an in-progress error at once (S1: SHOULD reject at once)."""
 
-import sys
-from pathlib import Path
+from typing import Any
 
 import anyio
+from mcp.shared.exceptions import MCPError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk2"))
-import server  # noqa: E402
-
-idempotent_tools_call = server.idempotent_tools_call
-
-
-async def queued(ctx, call_next):
-    """Ask again every 50 ms while the key is in progress: the duplicate is queued behind the original."""
-    while True:
-        try:
-            return await idempotent_tools_call(ctx, call_next)
-        except server.MCPError as rejected:
-            if (rejected.error.data or {}).get("type") != server.IN_PROGRESS:
-                raise
-        await anyio.sleep(0.05)
+from mcp_idempotency.demo import ledger_server
+from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency.rules import IN_PROGRESS
 
 
-server.idempotent_tools_call = queued
-server.main()
+class QueuesInFlightDuplicates(Idempotency):
+    """The layer, asking again every 50 ms while the key is in progress: the duplicate is queued."""
+
+    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
+        while True:
+            try:
+                return await super().tools_call(ctx, call_next)
+            except MCPError as rejected:
+                if (rejected.error.data or {}).get("type") != IN_PROGRESS:
+                    raise
+            await anyio.sleep(0.05)
+
+
+ledger_server.main(QueuesInFlightDuplicates)

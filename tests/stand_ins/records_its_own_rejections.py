@@ -1,28 +1,30 @@
-"""A stand-in for sdk2/server.py that breaks one rule: a conflict or in-progress rejection becomes the
+"""A stand-in for the 2.x ledger server that breaks one rule: a conflict or in-progress rejection becomes the
 key's answer from then on, so the original's own retry is refused (S2: MUST return the earlier result)."""
 
-import sys
-from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk2"))
-import server  # noqa: E402
+from mcp.shared.exceptions import MCPError
 
-idempotent_tools_call = server.idempotent_tools_call
-rejections = {}  # key -> the rejection recorded as its outcome
-
-
-async def recording_rejections(ctx, call_next):
-    """Answer a key with its recorded rejection, if it has one; record every conflict and in-progress."""
-    key = (ctx.params or {}).get("idempotencyKey")
-    if isinstance(key, str) and key in rejections:
-        raise rejections[key]
-    try:
-        return await idempotent_tools_call(ctx, call_next)
-    except server.MCPError as rejected:
-        if (rejected.error.data or {}).get("type") in (server.CONFLICT, server.IN_PROGRESS):
-            rejections[key] = rejected
-        raise
+from mcp_idempotency.demo import ledger_server
+from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency.rules import CONFLICT, IN_PROGRESS
 
 
-server.idempotent_tools_call = recording_rejections
-server.main()
+class RecordsItsOwnRejections(Idempotency):
+    """The layer, answering a key with its recorded rejection, if it has one."""
+
+    rejections: dict[str, MCPError] = {}  # key -> the rejection recorded as its outcome
+
+    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
+        key = (ctx.params or {}).get("idempotencyKey")
+        if isinstance(key, str) and key in self.rejections:
+            raise self.rejections[key]
+        try:
+            return await super().tools_call(ctx, call_next)
+        except MCPError as rejected:
+            if isinstance(key, str) and (rejected.error.data or {}).get("type") in (CONFLICT, IN_PROGRESS):
+                self.rejections[key] = rejected
+            raise
+
+
+ledger_server.main(RecordsItsOwnRejections)

@@ -1,19 +1,18 @@
-"""A stand-in for sdk2/server.py that breaks one rule: the same key with other arguments gets the
+"""A stand-in for the 2.x ledger server that breaks one rule: the same key with other arguments gets the
 recorded result back instead of a conflict (S3: MUST NOT silently return the cached result)."""
 
-import sys
-from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk2"))
-import server  # noqa: E402
-
-answer = server.answer
+from mcp_idempotency.demo import ledger_server
+from mcp_idempotency.layer import Idempotency
+from mcp_idempotency.stores import Held
 
 
-def answer_without_conflict(held, fingerprint, key, ctx):
-    """Treat any record as the same request: the fingerprint is never compared."""
-    return answer(held, held.fingerprint, key, ctx)
+class ReplaysAConflict(Idempotency):
+    """The layer, treating any record as the same request: the fingerprint is never compared."""
+
+    def answer(self, held: Held, fingerprint: bytes, key: str, ctx: Any) -> dict[str, Any]:
+        return super().answer(held, held.fingerprint, key, ctx)
 
 
-server.answer = answer_without_conflict
-server.main()
+ledger_server.main(ReplaysAConflict)

@@ -1,9 +1,9 @@
 """Play SEP-3182's scenarios on the current SDK: an mcp 2.x client, on the 2026-07-28 revision,
-against sdk2/server.py over stdio and over Streamable HTTP, each checked against the ledger.
+against the 2.x ledger server over stdio and over Streamable HTTP, each checked against the ledger.
 
-    python sdk2/client_demo.py                    over stdio, then over HTTP
-    python sdk2/client_demo.py --transport http   one transport only
-    python sdk2/client_demo.py --wire             also print every JSON-RPC frame, both ways
+    sep3182-demo                    over stdio, then over HTTP
+    sep3182-demo --transport http   one transport only
+    sep3182-demo --wire             also print every JSON-RPC frame, both ways
 
 The client finds the capability through server/discover (the SDK's auto mode) and
 relies on keys only if it is there. For HTTP the demo starts the server itself on
@@ -24,22 +24,21 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-# The server module checks the SDK on import (one line and exit 1 without mcp 2.x)
-# and defines the request model that carries the key: the 2.x params model drops it.
-from server import KeyedCall, KeyedCallParams  # isort: skip
 
-import anyio  # noqa: E402
-import mcp_types as types  # noqa: E402
-from mcp import Client, StdioServerParameters  # noqa: E402
-from mcp.client.stdio import stdio_client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
-from mcp.shared.message import SessionMessage  # noqa: E402
+import anyio
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 
-from sep3182 import CONFLICT, IN_PROGRESS, STORE_FULL, STORE_UNAVAILABLE  # noqa: E402
-from walkthrough import HELPERS, ServerLog, say, short, verdict  # noqa: E402
+from ..keyed_call import KeyedCall, KeyedCallParams
+from ..rules import CONFLICT, IN_PROGRESS, STORE_FULL, STORE_UNAVAILABLE
+from .harness import HELPERS, ServerLog, say, short, verdict
 
-SERVER = Path(__file__).with_name("server.py")
+# The 2.x ledger server, as this interpreter runs it; the tests point it at a stand-in.
+SERVER = ["-m", "mcp_idempotency.demo.ledger_server"]
 RESPONSE_TIMEOUT = 0.5  # seconds; the server answers in milliseconds, so only a lost or slow response times out
 SLOW_TOOL_DELAY = "1.2"  # seconds each charge takes in scenario 4: longer than the client's timeout
 FIRST_BACK_OFF = 0.2  # seconds before retrying an in-progress key; doubled each time
@@ -147,10 +146,10 @@ def free_port() -> int:
 
 
 def start_http_server(server_args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    """Start sdk2/server.py over Streamable HTTP on a free loopback port; its process and URL."""
+    """Start the 2.x ledger server over Streamable HTTP on a free loopback port; its process and URL."""
     port = free_port()
     with log.open("a") as errlog:
-        process = subprocess.Popen([sys.executable, str(SERVER), *server_args, "--transport", "http",
+        process = subprocess.Popen([sys.executable, *SERVER, *server_args, "--transport", "http",
                                     "--port", str(port)], stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog)
     return process, f"http://127.0.0.1:{port}/mcp"
 
@@ -171,7 +170,7 @@ async def listening(process: subprocess.Popen, url: str, log: Path) -> None:
 
 @asynccontextmanager
 async def http_server(server_args: list[str], log: Path):
-    """sdk2/server.py over Streamable HTTP on a free loopback port: its URL, until the block ends."""
+    """the 2.x ledger server over Streamable HTTP on a free loopback port: its URL, until the block ends."""
     process, url = start_http_server(server_args, log)
     try:
         await listening(process, url, log)
@@ -192,7 +191,7 @@ class Demo:
 
 @asynccontextmanager
 async def connect(transport: str, show_every_frame: bool, *server_args: str):
-    """Start sdk2/server.py on a fresh store, and connect the SDK's Client to it through a link."""
+    """Start the 2.x ledger server on a fresh store, and connect the SDK's Client to it through a link."""
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "server.log"
         log.touch()
@@ -200,7 +199,7 @@ async def connect(transport: str, show_every_frame: bool, *server_args: str):
         link = Link(show_every_frame, ServerLog(log))
         if transport == "stdio":
             with log.open("w") as errlog:
-                inner = stdio_client(StdioServerParameters(command=sys.executable, args=[str(SERVER), *arguments]),
+                inner = stdio_client(StdioServerParameters(command=sys.executable, args=[*SERVER, *arguments]),
                                      errlog=errlog)
                 async with Client(linked(inner, link), mode="auto") as client:  # auto: server/discover first
                     yield Demo(client, link, transport)
@@ -399,7 +398,7 @@ async def play_over(transport: str, show_every_frame: bool) -> tuple[bool, list[
 
 async def play(transports: list[str], show_every_frame: bool) -> bool:
     """Run the scenarios over each transport; True if every failure was real and every keyed scenario passed."""
-    print(f"SEP-3182 request idempotency on the current SDK, against sdk2/{SERVER.name} (mcp {version('mcp')})\n")
+    print(f"SEP-3182 request idempotency on the current SDK, against the ledger server (mcp {version('mcp')})\n")
     failures_shown, required = [], []
     for transport in transports:
         shown, passed = await play_over(transport, show_every_frame)

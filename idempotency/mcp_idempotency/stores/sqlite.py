@@ -282,17 +282,24 @@ class SQLiteTransaction(Transaction):
     async def reset_ledger(self) -> None:
         await self._run(lambda db: db.execute("UPDATE ledger SET balance = 0, charges = 0"))
 
-    async def commit_with_record(self, key: str, fingerprint: bytes, outcome: str) -> bool:
+    async def commit(self) -> None:
+        if self.failure is not None:  # P23: a unit of work that failed part way commits nothing
+            await self._end("ROLLBACK")
+            raise failed(self.failure) from self.failure
+        if self.completion is None:
+            await self._end("COMMIT")
+            return
+        key, fingerprint, outcome = self.completion
         parameters = {"key": key, "fingerprint": fingerprint, "outcome": outcome,
                       "now": self.store.clock(), "retention": self.store.limits.retention}
 
-        def complete(db) -> bool:  # one trip to the worker thread: the update, then COMMIT or ROLLBACK
-            completed = db.execute(COMPLETE, parameters).rowcount == 1
+        def complete(db: sqlite3.Connection) -> bool:  # one trip to the worker thread: the update, then COMMIT or ROLLBACK
+            completed: bool = db.execute(COMPLETE, parameters).rowcount == 1
             db.execute("COMMIT" if completed else "ROLLBACK")
             return completed
 
         try:
-            return await self._run(complete)
+            self.completed = await self._run(complete)
         finally:
             await self._end("ROLLBACK")  # only if the COMMIT failed
 
@@ -309,12 +316,6 @@ class SQLiteTransaction(Transaction):
         finally:
             self.open = False
             self.store.turn.release()
-
-    async def commit(self) -> None:
-        if self.failure is not None:  # P23: a unit of work that failed part way commits nothing
-            await self._end("ROLLBACK")
-            raise failed(self.failure) from self.failure
-        await self._end("COMMIT")
 
     async def rollback(self) -> None:
         await self._end("ROLLBACK")

@@ -1,8 +1,8 @@
-"""Several instances of sdk2/server.py behind a load balancer: a retry that lands on another
+"""Several instances of the 2.x ledger server behind a load balancer: a retry that lands on another
 instance, or after a crash or a restart, still charges once, when the instances share a store.
 
-    python sdk2/cluster_demo.py                        the seven scenarios, on one SQLite file
-    python sdk2/cluster_demo.py --store postgresql://USER@HOST:PORT/DB   the same on PostgreSQL
+    sep3182-cluster-demo                        the seven scenarios, on one SQLite file
+    sep3182-cluster-demo --store postgresql://USER@HOST:PORT/DB   the same on PostgreSQL
 
 This script is the load balancer: it starts real server processes over HTTP on
 loopback ports, and sends each retry to a different instance than the attempt
@@ -24,14 +24,14 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from client_demo import TIMED_OUT, Link, call_tool, linked, listening, new_key, rejection_type, start_http_server, text  # isort: skip
+from .ledger_demo import TIMED_OUT, Link, call_tool, linked, listening, new_key, rejection_type, start_http_server, text
 
-from mcp import Client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
-from sep3182 import CONFLICT, IN_PROGRESS  # noqa: E402
-from walkthrough import ServerLog, say, short, verdict  # noqa: E402
+from ..rules import CONFLICT, IN_PROGRESS
+from .harness import ServerLog, say, short, verdict
 
 SLOW_CHARGE = "1"  # seconds a charge takes in scenario 4: long enough to retry meanwhile
 SHORT_LEASE = "2"  # seconds in scenario 6: how long a dead instance's claim holds the key

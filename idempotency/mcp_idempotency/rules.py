@@ -1,6 +1,6 @@
 """The rules of SEP-3182 that need no MCP SDK, in one place for both servers.
 
-server.py (mcp 1.x) and sdk2/server.py (mcp 2.x) read the key and answer a
+server.py (mcp 1.x) and the 2.x ledger server (mcp 2.x) read the key and answer a
 rejection each through its own SDK; what a valid key is (P2), when two calls are
 the same request (P3, and so what amount the demo's charge tools take), the
 window and the bound each keeps by default (P8, P9), and how each rejection reads

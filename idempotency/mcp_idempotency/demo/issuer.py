@@ -1,9 +1,9 @@
 """A small OAuth 2.1 authorization server for the demo and the tests: signed JWT access tokens
 by client credentials, for two clients, Alice and Bob.
 
-    python sdk2/issuer.py --port 9000                    a fresh signing key, in memory
-    python sdk2/issuer.py --port 9000 --key k1.json      the key in k1.json (made if missing)
-    python sdk2/issuer.py --port 9000 --key k1.json --key k2.json
+    sep3182-issuer --port 9000                    a fresh signing key, in memory
+    sep3182-issuer --port 9000 --key k1.json      the key in k1.json (made if missing)
+    sep3182-issuer --port 9000 --key k1.json --key k2.json
                                                          a key rollover: signs with k2, publishes both
 
 It is Authlib's own AuthorizationServer (RFC 6749 section 4.4, the client credentials
@@ -19,7 +19,7 @@ SDK brings already. It serves:
                                                    stderr ("issuer: served the JWKS"), so a test can count them
 
 It listens on 127.0.0.1 only: its client secrets are written below, for a demo. The
-MCP server (sdk2/server.py --issuer URL) trusts it like any other issuer; point that
+MCP server (the 2.x ledger server --issuer URL) trusts it like any other issuer; point that
 flag at Keycloak, Auth0 or Entra ID instead, and this file is not needed.
 """
 
@@ -48,7 +48,7 @@ log = logging.getLogger("issuer")
 # The clients: who may ask for a token, and for which scopes at most
 # ----------------------------------------------------------------------------
 
-SCOPES = ["ledger:charge", "ledger:read"]  # what sdk2/server.py asks of each tool
+SCOPES = ["ledger:charge", "ledger:read"]  # what the 2.x ledger server asks of each tool
 CLIENTS = {  # client_id: (secret, scopes at most); a demo's secrets, on loopback only
     "alice": ("alice-secret", SCOPES),
     "bob": ("bob-secret", SCOPES),

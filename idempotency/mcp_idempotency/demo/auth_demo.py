@@ -1,10 +1,10 @@
 """Whose key is it: SEP-3182's K2 and K3 over HTTP, with real OAuth tokens, across instances.
 
-    python sdk2/auth_demo.py                                        on one SQLite file
-    python sdk2/auth_demo.py --store postgresql://USER@HOST:PORT/DB  the same on PostgreSQL (an empty database)
+    sep3182-auth-demo                                        on one SQLite file
+    sep3182-auth-demo --store postgresql://USER@HOST:PORT/DB  the same on PostgreSQL (an empty database)
 
-This script starts a real issuer (sdk2/issuer.py: Authlib, client credentials, signed
-JWT access tokens) and two instances, A and B, of sdk2/server.py --issuer on one store;
+This script starts a real issuer (mcp_idempotency/demo/issuer.py: Authlib, client credentials, signed
+JWT access tokens) and two instances, A and B, of the 2.x ledger server --issuer on one store;
 then it is the load balancer between them. Alice and Bob each get their tokens from the
 issuer and talk through the SDK's own Client (2026-07-28), with the token in the
 Authorization header, through the link of client_demo.py, which can lose a response.
@@ -26,19 +26,19 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from client_demo import Link, call_tool, free_port, linked, listening, new_key, start_http_server, text  # isort: skip
+from .ledger_demo import Link, call_tool, free_port, linked, listening, new_key, start_http_server, text
 
-import anyio  # noqa: E402
-import anyio.abc  # noqa: E402
-import httpx2  # noqa: E402
-from mcp import Client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
+import anyio
+import anyio.abc
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
-from cluster_demo import hold_open  # noqa: E402
-from walkthrough import ServerLog, say, short, verdict  # noqa: E402
+from .cluster_demo import hold_open
+from .harness import ServerLog, say, short, verdict
 
-ISSUER = Path(__file__).with_name("issuer.py")
+ISSUER = ["-m", "mcp_idempotency.demo.issuer"]
 RESOURCE = "https://ledger.example/mcp"  # the deployment, as its clients know it: every instance's `aud`
 
 
@@ -64,18 +64,18 @@ class Deployment:
         self.issuer = ""
 
     async def start_issuer(self) -> None:
-        """sdk2/issuer.py on a free loopback port."""
+        """mcp_idempotency/demo/issuer.py on a free loopback port."""
         log = self.folder / "issuer.log"
         port = free_port()
         self.issuer = f"http://127.0.0.1:{port}"
         with log.open("w") as errlog:
-            self.processes.append(subprocess.Popen([sys.executable, str(ISSUER), "--port", str(port)],
+            self.processes.append(subprocess.Popen([sys.executable, *ISSUER, "--port", str(port)],
                                                    stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog))
         await listening(self.processes[-1], self.issuer, log)
         say("issuer", f"serving {self.issuer}: clients alice and bob, scopes ledger:charge and ledger:read")
 
     async def start(self, name: str) -> None:
-        """One instance of sdk2/server.py, trusting the issuer, on the shared store."""
+        """One instance of the 2.x ledger server, trusting the issuer, on the shared store."""
         log = self.folder / f"{name}.log"
         log.touch()
         process, url = start_http_server(["--verbose", "--store", self.store, "--issuer", self.issuer,

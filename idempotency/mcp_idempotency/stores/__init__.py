@@ -17,8 +17,8 @@ Every store answers what the dispatch layer asks:
     release(key, owner)       P6': the key given back, so the retry runs the tool again
     transaction()             P17: a unit of work; the tool's ledger write joins the one the
                               dispatch layer opened (as a savepoint), and
-                              tx.commit_with_record() commits the charge and the completed
-                              record together, or neither (fencing)
+                              tx.complete() has the commit complete the record with the
+                              charge, or roll both back (fencing)
 
 A store that fails (busy, locked, full, an I/O error, a lost connection) raises
 StoreUnavailable, and a unit of work that met one says so in `failure`: the dispatch
@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import anyio
+
+from ..rules import MAX_RECORDS, RETENTION_SECONDS
 
 # ----------------------------------------------------------------------------
 # What a claim returns, and what a store keeps to
@@ -70,15 +72,16 @@ class StoreUnavailable(Exception):
 # work that waited most of its lease would find its key taken over anyway (P18);
 # failing sooner gives the key back while the client still retries.
 LONGEST_WAIT = 10.0
+LEASE_SECONDS = 30.0  # P18: longer than any tool here may run, short enough for a retry to wait out
 
 
 @dataclass(frozen=True)
 class Limits:
     """The windows and the bound every store enforces (P8, P9, P18)."""
 
-    retention: float  # seconds a completed record is replayed
-    lease: float  # seconds a claim is held before a retry with the same fingerprint may take over
-    max_records: int  # live records at most, running or completed
+    retention: float = RETENTION_SECONDS  # seconds a completed record is replayed
+    lease: float = LEASE_SECONDS  # seconds a claim is held before a retry with the same fingerprint may take over
+    max_records: int = MAX_RECORDS  # live records at most, running or completed
 
     @property
     def wait(self) -> float:
@@ -123,6 +126,8 @@ class Transaction(ABC):
         self.savepoints: list[str] = []  # open savepoints, innermost last
         self.unsent = 0  # how many of the innermost savepoints are not yet sent
         self.count = itertools.count(1)
+        self.completion: tuple[str, bytes, str] | None = None  # P17: the record to complete with the commit
+        self.completed = False  # the commit completed it: this unit of work's execution is the one recorded
 
     def savepoint(self) -> str:
         """P17: open a nested unit of work; it is sent with the next statement."""
@@ -162,15 +167,15 @@ class Transaction(ABC):
     async def reset_ledger(self) -> None:
         """Zero the ledger; the idempotency records are left alone."""
 
-    @abstractmethod
-    async def commit_with_record(self, key: str, fingerprint: bytes, outcome: str) -> bool:
-        """P17, P18: record the outcome (opening its window, P8) and commit it with every
-        statement of this unit of work, if the key is still running for this request: the
-        first completion wins. Else roll all back and return False."""
+    def complete(self, key: str, fingerprint: bytes, outcome: str) -> None:
+        """P17, P18: record the outcome (opening its window, P8) with the commit, if the key is
+        still running for this request: the first completion wins. Else the commit becomes a
+        rollback of every statement of this unit of work; `completed` then says False."""
+        self.completion = (key, fingerprint, outcome)
 
     @abstractmethod
     async def commit(self) -> None:
-        """Make every statement of this unit of work durable, together."""
+        """Make every statement of this unit of work durable, together, with its completion if any."""
 
     @abstractmethod
     async def rollback(self) -> None:

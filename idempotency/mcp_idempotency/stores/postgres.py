@@ -1,6 +1,6 @@
 """postgresql: one server, several machines; its clock is the only clock (P19).
 
-The tables and the claim function are sdk2/store/postgres_v2.sql, created once on an
+The tables and the claim function are stores/postgres_v2.sql, created once on an
 empty database; a database holding another version is refused in one line.
 
 Every wait is bounded (P23): a lock for `limits.wait` (then a claim answers in
@@ -221,12 +221,6 @@ class PostgresTransaction(Transaction):
     async def reset_ledger(self) -> None:
         await self._run(lambda db: db.execute("UPDATE ledger SET balance = 0, charges = 0"))
 
-    async def commit_with_record(self, key: str, fingerprint: bytes, outcome: str) -> bool:
-        completed = await self._run(lambda db: db.execute(
-            COMPLETE, key, fingerprint, outcome, self.store.limits.retention)) == "UPDATE 1"
-        await self._end("COMMIT" if completed else "ROLLBACK")
-        return completed
-
     async def _end(self, statement: str) -> None:
         """COMMIT or ROLLBACK, if this unit of work began; the connection goes back to the pool."""
         if self.db is None:
@@ -244,6 +238,13 @@ class PostgresTransaction(Transaction):
         if self.failure is not None:  # P23: a unit of work that failed part way commits nothing
             await self._end("ROLLBACK")
             raise failed(self.failure) from self.failure
+        if self.completion is not None:
+            key, fingerprint, outcome = self.completion
+            self.completed = await self._run(lambda db: db.execute(
+                COMPLETE, key, fingerprint, outcome, self.store.limits.retention)) == "UPDATE 1"
+            if not self.completed:
+                await self._end("ROLLBACK")
+                return
         await self._end("COMMIT")
 
     async def rollback(self) -> None:

@@ -97,18 +97,17 @@ class MemoryTransaction(Transaction):
         self.changes()
         self.balance, self.charges = -self.store.balance, -self.store.charges
 
-    async def commit_with_record(self, key: str, fingerprint: bytes, outcome: str) -> bool:
-        record = self.store.records.get(key)
-        if record is None or record.status != "running" or record.fingerprint != fingerprint:
-            await self.rollback()
-            return False
-        record.status, record.owner, record.outcome = "completed", None, outcome
-        record.deadline = self.store.clock() + self.store.limits.retention  # P8: from the completion
-        self.store.expiry_order.append(key)  # at the back: completion order is expiry order
-        await self.commit()
-        return True
-
     async def commit(self) -> None:
+        if self.completion is not None:
+            key, fingerprint, outcome = self.completion
+            record = self.store.records.get(key)
+            if record is None or record.status != "running" or record.fingerprint != fingerprint:
+                await self.rollback()
+                return
+            record.status, record.owner, record.outcome = "completed", None, outcome
+            record.deadline = self.store.clock() + self.store.limits.retention  # P8: from the completion
+            self.store.expiry_order.append(key)  # at the back: completion order is expiry order
+            self.completed = True
         self.store.balance += self.balance
         self.store.charges += self.charges
         self.balance = self.charges = 0

@@ -1,6 +1,6 @@
 """How both demos print their walkthrough: who says what, and the server's lines as it writes them.
 
-client_demo.py (mcp 1.x) and sdk2/client_demo.py (mcp 2.x) speak to their SDKs
+client_demo.py (mcp 1.x) and mcp_idempotency/demo/ledger_demo.py (mcp 2.x) speak to their SDKs
 each in its own way; what they print, and how, is the same, so it is here, once.
 """
 

@@ -1,0 +1,13 @@
+"""SEP-3182 request idempotency for MCP servers on the mcp 2.x SDK.
+
+The public API, each in its module (this file imports none of them, so the stores
+and the rules load without the SDK):
+
+    mcp_idempotency.layer     Idempotency, the dispatch layer: MCPServer(lifespan=keys.lifespan, middleware=[keys])
+    mcp_idempotency.stores    open_store, Limits, and the unit of work a tool joins (P17)
+    mcp_idempotency.rules     what a valid key is, when two calls are the same request, the rejections
+    mcp_idempotency.probe     P12': does this mcp build let the layer see the key?
+    mcp_idempotency.keyed_call  what a 2.x client sends: KeyedCall, KeyedCallParams
+    mcp_idempotency.auth      an OAuth 2.1 resource server's pieces, for records scoped by principal (K2)
+    mcp_idempotency.demo      the demo's ledger server, its clients and its issuer
+"""

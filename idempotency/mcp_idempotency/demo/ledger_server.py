@@ -1,0 +1,199 @@
+"""The demo's ledger server on mcp 2.x: four tools, with SEP-3182's layer added in one line.
+
+It serves the 2026-07-28 revision (server/discover, a self-contained request each
+time) and the 2025 handshake, over stdio or stateless Streamable HTTP, and keeps
+its records and its ledger in a store that every instance shares. The layer is
+mcp_idempotency.layer; the ledger and its tools below know nothing of idempotency,
+but that a charge joins the store's unit of work (P17).
+
+    sep3182-ledger-server                          stdio, records in ./sep3182.db
+    sep3182-ledger-server --transport http --port 8000 --store postgresql://...
+"""
+
+import argparse
+import ipaddress
+import logging
+import sys
+from typing import Any
+
+import anyio
+import mcp_types
+from mcp.server.mcpserver import MCPServer
+
+from .. import rules
+from ..layer import Idempotency, one_tenant, token_principal
+from ..probe import sdk_hides_the_key
+from ..stores import LEASE_SECONDS, Limits, open_store
+from . import ledger
+
+log = logging.getLogger("idempotency")
+
+STORE = "sqlite:sep3182.db"  # P15: one file, shared by every instance started in this folder
+SERVER_INFO = {"name": "sep-3182-demo", "version": "2.0"}
+
+# K3, P22: what a token must carry to call each tool over HTTP with authorisation;
+# checked on every request, a replay included, before the store is consulted.
+TOOL_SCOPES = {"charge_unguarded": "ledger:charge", "charge_guarded": "ledger:charge",
+               "reset_ledger": "ledger:charge", "get_balance": "ledger:read"}
+
+# ----------------------------------------------------------------------------
+# The ledger's tools
+# ----------------------------------------------------------------------------
+
+
+def ledger_server(keys: Idempotency, charge_delay: float, **auth: Any) -> MCPServer:
+    """The four ledger tools on an MCPServer, with `keys` as its idempotency layer."""
+    mcp = MCPServer(**SERVER_INFO, log_level="WARNING",  # WARNING: stderr is for our decisions
+                    lifespan=keys.lifespan, middleware=[keys], **auth)
+
+    async def charge(amount: int) -> str:
+        """Apply one charge to the ledger: the side effect that must not happen twice."""
+        await anyio.sleep(charge_delay)  # a slow payment processor, to catch a call in flight
+        async with keys.transaction() as tx:  # P17: under a key, part of the layer's unit of work
+            balance = await ledger.charge(tx, amount)
+        return f"Charged {amount}. New balance: {balance}"
+
+    @mcp.tool()
+    async def charge_unguarded(amount: rules.Amount) -> str:
+        """Charge `amount`. The demo calls this one without an idempotencyKey; a key would be honoured."""
+        return await charge(amount)
+
+    @mcp.tool()
+    async def charge_guarded(amount: rules.Amount) -> str:
+        """Charge `amount`. The demo calls this one with an idempotencyKey."""
+        return await charge(amount)
+
+    @mcp.tool()
+    async def reset_ledger() -> str:
+        """Test helper: zero the balance and the charge count; recorded keys are kept."""
+        async with keys.transaction() as tx:
+            await ledger.reset(tx)
+        return "Ledger reset."
+
+    @mcp.tool(annotations=mcp_types.ToolAnnotations(read_only_hint=True))
+    async def get_balance() -> dict[str, int]:
+        """Test helper: the ground truth, the balance and how many charges were applied."""
+        async with keys.transaction() as tx:
+            return await ledger.read(tx)
+
+    return mcp
+
+
+# ----------------------------------------------------------------------------
+# The command line and the transports
+# ----------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: transport, store, windows, bound and the processor's delay."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                        help="stdio, or stateless Streamable HTTP with JSON responses (default: stdio)")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP: the address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="HTTP: the port (default: 8000); the path is /mcp")
+    parser.add_argument("--store", default=STORE, metavar="URL",
+                        help=f"memory, sqlite:PATH or postgresql://... (P15; default: {STORE})")
+    parser.add_argument("--lease", type=rules.seconds, default=LEASE_SECONDS, metavar="SECONDS",
+                        help="how long a claim is held before a retry may take it over (P18; default: 30)")
+    rules.add_common_options(parser)
+    oauth = parser.add_argument_group("authorisation (HTTP only): an OAuth 2.1 resource server; "
+                                      "see mcp_idempotency/auth.py")
+    oauth.add_argument("--issuer", metavar="URL",
+                       help="the authorization server whose JWT access tokens are accepted (its `iss`); "
+                            "without it, the server serves one tenant")
+    oauth.add_argument("--jwks-uri", metavar="URL", help="the issuer's keys (default: from its RFC 8414 metadata)")
+    oauth.add_argument("--resource", metavar="URL",
+                       help="this server's URL, the `aud` its tokens must carry (default: http://HOST:PORT/mcp)")
+    oauth.add_argument("--allow-unauthenticated", action="store_true",
+                       help="listen on a non-loopback address without --issuer, on purpose: one tenant for all (P10')")
+    args = parser.parse_args(argv)
+    if args.issuer is not None and args.transport == "stdio":
+        parser.error("--issuer needs --transport http: on stdio the boundary is the process (P10'')")
+    args.resource = args.resource or f"http://{args.host}:{args.port}/mcp"
+    return args
+
+
+def unauthenticated_refusal(settings: argparse.Namespace) -> str | None:
+    """P10': a reason not to serve one tenant on an address other machines reach; None if there is none."""
+    if settings.transport == "stdio" or settings.issuer is not None or settings.allow_unauthenticated:
+        return None
+    try:
+        loopback = ipaddress.ip_address(settings.host).is_loopback
+    except ValueError:  # a host name
+        loopback = settings.host == "localhost"
+    return None if loopback else (
+        f"refusing to listen on {settings.host} without authorisation: every client would share one key space "
+        "and could replay another's results (K2); give --issuer URL, or --allow-unauthenticated to do it on purpose")
+
+
+def tenancy(settings: argparse.Namespace) -> str:
+    """K2, P10'': what the start-up line says the records are scoped to."""
+    if settings.issuer is not None:
+        return (f"records scoped to each principal (issuer, subject) of tokens from {settings.issuer}, "
+                f"for {settings.resource}")
+    if settings.transport == "stdio":
+        return "serving one tenant: this process's one client (stdio, P10'')"
+    return "serving one tenant: no authorisation, every client shares one key space (P10')"
+
+
+async def store_problem(url: str, limits: Limits) -> str | None:
+    """Open the store once before serving: a bad --store ends in one line, not a traceback."""
+    try:
+        async with open_store(url, limits):
+            return None
+    except Exception as error:  # an unknown scheme, a folder that is not there, a server that refuses
+        return f"{type(error).__name__}: {error}".splitlines()[0]
+
+
+def serve_http(settings: argparse.Namespace, keys: Idempotency) -> None:
+    """Streamable HTTP; with --issuer, an OAuth resource server with per-tool scopes (mcp_idempotency/auth.py)."""
+    import uvicorn
+
+    if settings.issuer is None:
+        mcp = ledger_server(keys, settings.charge_delay)
+        app = mcp.streamable_http_app(stateless_http=True, json_response=True, host=settings.host)
+    else:
+        from starlette.middleware import Middleware
+
+        from .. import auth  # only this mode needs joserfc (pip install ./idempotency[auth])
+
+        verifier = auth.JwtVerifier(settings.issuer, settings.resource, settings.jwks_uri)
+        mcp = ledger_server(keys, settings.charge_delay, token_verifier=verifier,
+                            auth=auth.auth_settings(settings.issuer, settings.resource))
+        app = mcp.streamable_http_app(stateless_http=True, json_response=True, host=settings.host)
+        # Innermost, after the SDK's authentication: the verified token is known, no handler has run.
+        app.user_middleware.append(Middleware(auth.ScopeGate, scopes=TOOL_SCOPES, resource=settings.resource))
+        auth.listing_scopes(app, mcp.settings.auth, sorted(set(TOOL_SCOPES.values())))
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+
+
+def main(layer: type[Idempotency] = Idempotency, argv: list[str] | None = None) -> None:
+    """Check the SDK, then serve; stdout carries the protocol on stdio, so every log goes to stderr.
+
+    `layer` is the layer's class: tests/stand_ins/ pass a subclass that breaks one rule."""
+    settings = parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s", force=True)
+    log.setLevel(logging.DEBUG if settings.verbose else logging.INFO)
+    # P12': a build that hides the key would let this server look idempotent while
+    # it deduplicates nothing. Probed, not assumed, before anything is served.
+    for refusal in (sdk_hides_the_key(), unauthenticated_refusal(settings)):
+        if refusal is not None:
+            sys.exit(refusal)
+    limits = Limits(settings.retention, settings.lease, settings.max_records)
+    problem = anyio.run(store_problem, settings.store, limits)
+    if problem is not None:
+        sys.exit(f"cannot open the store {settings.store}: {problem}")
+    where = "stdio" if settings.transport == "stdio" else f"http://{settings.host}:{settings.port}/mcp"
+    log.info("serving on %s: store %s, retention %gs, lease %gs, at most %d records, charge delay %gs",
+             where, settings.store, settings.retention, settings.lease, settings.max_records, settings.charge_delay)
+    log.info("%s", tenancy(settings))
+    principal = one_tenant if settings.issuer is None else token_principal
+    keys = layer(settings.store, server_info=SERVER_INFO, limits=limits, principal=principal)
+    if settings.transport == "stdio":
+        ledger_server(keys, settings.charge_delay).run()
+    else:
+        serve_http(settings, keys)
+
+
+if __name__ == "__main__":
+    main()

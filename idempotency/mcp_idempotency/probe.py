@@ -1,0 +1,61 @@
+"""P12': does this mcp build hand a tools/call's raw idempotencyKey to server middleware before the tool runs?
+
+A build that hid the key would let a server look idempotent while it deduplicated
+nothing, so a server checks, by sending one keyed call through the SDK in process,
+before it serves: probed, not assumed.
+"""
+
+from importlib.metadata import version
+from typing import Any
+
+import anyio
+import mcp_types
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+
+from .keyed_call import KeyedCall, KeyedCallParams
+
+SDK_HIDES_KEY = (
+    "mcp {version} does not hand a tools/call's idempotencyKey to server middleware before the "
+    "tool runs ({why}), so nothing would be deduplicated; install the SDK this layer was "
+    "tested on: pip install ./idempotency"
+)
+
+
+async def what_the_sdk_does_with_a_key() -> list[str]:
+    """Send a keyed tools/call through the SDK, in process; list what saw the key, in order."""
+    seen = []
+
+    async def watch(ctx: Any, call_next: Any) -> Any:
+        if ctx.method == "tools/call":
+            seen.append(f"middleware saw {(ctx.params or {}).get('idempotencyKey')!r}")
+        return await call_next(ctx)
+
+    probe = MCPServer("probe", middleware=[watch])
+
+    @probe.tool()
+    def ran() -> str:
+        seen.append("tool ran")
+        return "ran"
+
+    async with Client(probe, mode="legacy") as client:  # JSON-RPC messages over memory streams
+        result = await client.session.send_request(
+            KeyedCall(params=KeyedCallParams(name="ran", arguments={}, idempotency_key="probe")),
+            mcp_types.CallToolResult)
+    return seen + ([] if result.is_error else ["call succeeded"])
+
+
+def sdk_hides_the_key() -> str | None:
+    """None if a raw key reaches middleware before the tool runs and the call succeeds; else one line saying why not."""
+    expected = ["middleware saw 'probe'", "tool ran", "call succeeded"]
+    try:
+        seen = anyio.run(what_the_sdk_does_with_a_key)
+    except Exception as error:  # a build that rejects the key, or moved what we rely on
+        while isinstance(getattr(error, "exceptions", None), tuple):  # the first failure in a task group
+            error = error.exceptions[0]
+        why = f"the probe failed: {type(error).__name__}: {error}".splitlines()[0]
+    else:
+        if seen == expected:
+            return None
+        why = "the probe saw: " + (", ".join(seen) or "nothing")
+    return SDK_HIDES_KEY.format(version=version("mcp"), why=why)
