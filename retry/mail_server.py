@@ -26,7 +26,7 @@ import mcp_types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools.base import Tool
 
-from mcp_idempotency import rules
+from mcp_idempotency.demo import options
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.probe import sdk_hides_the_key
 from mcp_idempotency.stores import LEASE_SECONDS, Limits
@@ -40,9 +40,9 @@ def parse_args() -> argparse.Namespace:
     """The command line: the store and the windows of the layer, and the relay's delay."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--store", default=STORE, metavar="URL", help=f"memory or sqlite:PATH (default: {STORE})")
-    parser.add_argument("--lease", type=rules.seconds, default=LEASE_SECONDS, metavar="SECONDS",
+    parser.add_argument("--lease", type=options.seconds, default=LEASE_SECONDS, metavar="SECONDS",
                         help="how long a claim is held (P18; default: 30)")
-    rules.add_common_options(parser)
+    options.add_common_options(parser)
     return parser.parse_args()
 
 

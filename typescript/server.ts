@@ -111,7 +111,7 @@ async function charge(amount: number): Promise<CallToolResult> {
   return { content: [{ type: "text", text: `Charged ${amount}. New balance: ${ledger.balance}` }] };
 }
 
-// P3, applied to the demo's tools as in sdk2/sep3182.py's Amount: a positive whole
+// P3, applied to the demo's tools as in mcp_idempotency/rules.py's Amount: a positive whole
 // number; 100 and 100.0 are one JSON number once parsed.
 const amount = { amount: z.number().int().positive() };
 

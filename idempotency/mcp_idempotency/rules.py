@@ -1,11 +1,10 @@
-"""The rules of SEP-3182 that need no MCP SDK, in one place for both servers.
+"""The rules of SEP-3182 that need no MCP SDK, for the 2.x layer and its servers.
 
-server.py (mcp 1.x) and the 2.x ledger server (mcp 2.x) read the key and answer a
-rejection each through its own SDK; what a valid key is (P2), when two calls are
-the same request (P3, and so what amount the demo's charge tools take), the
-window and the bound each keeps by default (P8, P9), and how each rejection reads
-on the wire (P5) are decided here, once, so that the two servers cannot drift
-apart. tests/ checks both on the wire, with the same rows.
+What a valid key is (P2), when two calls are the same request (P3, and so what
+amount the demo's charge tools take), the window and the bound kept by default
+(P8, P9), and how each rejection reads on the wire (P5). server.py (mcp 1.x)
+holds its own copy of each, so that it reads alone beside the SEP; tests/ checks
+both servers on the wire with the same rows, so the two cannot drift apart unseen.
 """
 
 import hashlib
@@ -85,48 +84,8 @@ Amount = Annotated[
 ]
 
 
-# P8, P9 on the command line: the window and the bound both servers keep, settable
-# when they start. One that is not above zero would void the guarantee, so it is
-# refused before anything serves.
-
 RETENTION_SECONDS = 24 * 60 * 60  # P8: Stripe's window; outlasts any client's retry loop
 MAX_RECORDS = 10_000  # P9: a flood of unique keys costs at most this many records
-
-
-def seconds(text: str) -> float:
-    """A window in seconds (P8, P18), above zero."""
-    value = float(text)
-    if not 0 < value < float("inf"):
-        raise ValueError(text)
-    return value
-
-
-def records(text: str) -> int:
-    """A number of records (P9), at least one."""
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
-def delay(text: str) -> float:
-    """The demo's charge delay in seconds: zero or more."""
-    value = float(text)
-    if not 0 <= value < float("inf"):
-        raise ValueError(text)
-    return value
-
-
-def add_common_options(parser) -> None:
-    """The options both servers take: the window, the bound, the demo's charge delay, the decision log."""
-    parser.add_argument("--retention", type=seconds, default=RETENTION_SECONDS, metavar="SECONDS",
-                        help="how long a completed key is remembered (P8; default: 24 hours)")
-    parser.add_argument("--max-records", type=records, default=MAX_RECORDS, metavar="N",
-                        help="how many live records the store may hold (P9; default: 10000)")
-    parser.add_argument("--charge-delay", type=delay, default=0.0, metavar="SECONDS",
-                        help="how long each charge takes, to catch one in flight (default: 0)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="log every idempotency decision on stderr (the demos turn this on)")
 
 
 # ----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from .. import rules
 from ..layer import Idempotency, one_tenant, token_principal
 from ..probe import sdk_hides_the_key
 from ..stores import LEASE_SECONDS, Limits, open_store
-from . import ledger
+from . import ledger, options
 
 log = logging.getLogger("idempotency")
 
@@ -93,9 +93,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8000, help="HTTP: the port (default: 8000); the path is /mcp")
     parser.add_argument("--store", default=STORE, metavar="URL",
                         help=f"memory, sqlite:PATH or postgresql://... (P15; default: {STORE})")
-    parser.add_argument("--lease", type=rules.seconds, default=LEASE_SECONDS, metavar="SECONDS",
+    parser.add_argument("--lease", type=options.seconds, default=LEASE_SECONDS, metavar="SECONDS",
                         help="how long a claim is held before a retry may take it over (P18; default: 30)")
-    rules.add_common_options(parser)
+    options.add_common_options(parser)
     oauth = parser.add_argument_group("authorisation (HTTP only): an OAuth 2.1 resource server; "
                                       "see mcp_idempotency/auth.py")
     oauth.add_argument("--issuer", metavar="URL",

@@ -1,0 +1,49 @@
+"""A third server, written from mcp_idempotency's public API alone: seats booked once per key.
+
+    python booking.py [--store URL] [--delay SECONDS] [--retention SECONDS] [--max-records N]
+
+It knows nothing of the demo's ledger. Its side effect lives in this process, not in
+the store, so a crash between the booking and the record lets a retry book again
+(S4's caveat); a tool whose effect lives in the store joins the layer's unit of work
+with `async with keys.transaction() as tx:` instead (P17).
+"""
+
+import argparse
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+
+from mcp_idempotency.layer import Idempotency
+from mcp_idempotency.stores import Limits
+
+parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+parser.add_argument("--store", default="sqlite:booking.db")
+parser.add_argument("--delay", type=float, default=0.0, help="seconds each booking takes")
+parser.add_argument("--retention", type=float, default=Limits.retention)
+parser.add_argument("--max-records", type=int, default=Limits.max_records)
+options = parser.parse_args()
+
+keys = Idempotency(options.store, server_info={"name": "booking", "version": "1.0"},
+                   limits=Limits(retention=options.retention, max_records=options.max_records))
+mcp = MCPServer("booking", version="1.0", lifespan=keys.lifespan, middleware=[keys])  # the one line
+booked = {"bookings": 0, "seats": 0}
+
+
+@mcp.tool()
+async def book_seats(seats: int) -> str:
+    """Book `seats` seats: the side effect a retry must not repeat."""
+    if seats <= 0:
+        raise ValueError("seats must be a positive number")
+    await anyio.sleep(options.delay)
+    booked["bookings"] += 1
+    booked["seats"] += seats
+    return f"Booking {booked['bookings']}: {seats} seats"
+
+
+@mcp.tool()
+def bookings() -> dict[str, int]:
+    """How many bookings were made, and how many seats."""
+    return booked
+
+
+mcp.run()

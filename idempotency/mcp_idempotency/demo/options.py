@@ -1,0 +1,47 @@
+"""The command-line options the demo's servers share: the window, the bound, the tool's delay, the decision log."""
+
+import argparse
+
+from ..rules import MAX_RECORDS, RETENTION_SECONDS
+
+# P8, P9 on the command line: the window and the bound the demo's servers keep, settable
+# when they start. One that is not above zero would void the guarantee, so it is
+# refused before anything serves.
+
+
+def seconds(text: str) -> float:
+    """A window in seconds (P8, P18), above zero."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise ValueError(text)
+    return value
+
+
+def records(text: str) -> int:
+    """A number of records (P9), at least one."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def delay(text: str) -> float:
+    """The demo's charge delay in seconds: zero or more."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise ValueError(text)
+    return value
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    """The options both servers take: the window, the bound, the demo's charge delay, the decision log."""
+    parser.add_argument("--retention", type=seconds, default=RETENTION_SECONDS, metavar="SECONDS",
+                        help="how long a completed key is remembered (P8; default: 24 hours)")
+    parser.add_argument("--max-records", type=records, default=MAX_RECORDS, metavar="N",
+                        help="how many live records the store may hold (P9; default: 10000)")
+    parser.add_argument("--charge-delay", type=delay, default=0.0, metavar="SECONDS",
+                        help="how long each charge takes, to catch one in flight (default: 0)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="log every idempotency decision on stderr (the demos turn this on)")
+
+
