@@ -74,8 +74,8 @@ def token_principal() -> Principal:
     # 2026-07-28 revision, and a retry may well come on a new connection or instance.
     # `sub` is unique only within its issuer (RFC 7519), so the issuer is part of it.
     token = get_access_token()
-    if token is None:  # fail closed: never let every caller share one tenant by accident
-        raise RuntimeError("authorisation is on, but no access token reached the dispatch layer")
+    if token is None or token.claims is None or token.subject is None:  # fail closed, never one tenant by accident
+        raise RuntimeError("authorisation is on, but no verified access token reached the dispatch layer")
     return str(token.claims["iss"]), token.subject
 
 

@@ -45,15 +45,20 @@ async def what_the_sdk_does_with_a_key() -> list[str]:
     return seen + ([] if result.is_error else ["call succeeded"])
 
 
+def first_failure(error: BaseException) -> BaseException:
+    """The first failure inside a task group's exception group, or the error itself."""
+    inner = getattr(error, "exceptions", None)
+    return first_failure(inner[0]) if isinstance(inner, tuple) and inner else error
+
+
 def sdk_hides_the_key() -> str | None:
     """None if a raw key reaches middleware before the tool runs and the call succeeds; else one line saying why not."""
     expected = ["middleware saw 'probe'", "tool ran", "call succeeded"]
     try:
         seen = anyio.run(what_the_sdk_does_with_a_key)
     except Exception as error:  # a build that rejects the key, or moved what we rely on
-        while isinstance(getattr(error, "exceptions", None), tuple):  # the first failure in a task group
-            error = error.exceptions[0]
-        why = f"the probe failed: {type(error).__name__}: {error}".splitlines()[0]
+        failure = first_failure(error)
+        why = f"the probe failed: {type(failure).__name__}: {failure}".splitlines()[0]
     else:
         if seen == expected:
             return None

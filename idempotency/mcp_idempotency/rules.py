@@ -52,7 +52,7 @@ def as_json_value(value: Any) -> Any:
     return value
 
 
-def fingerprint(tool: str, arguments: dict | None) -> bytes:
+def fingerprint(tool: str, arguments: dict[str, Any] | None) -> bytes:
     """P3 (E1-E6): a digest equal for two calls exactly when they are the same request."""
     # as_json_value removes member order (E2) and makes numbers compare by value
     # (E3); strings are compared as parsed, escapes already resolved, with no
@@ -114,14 +114,14 @@ MESSAGES = {
 
 # P6': what a client is told when something unexpected escapes a keyed tool call; kept
 # like any outcome, so the key never stays running and every retry hears the same.
-INTERNAL_ERROR = {"code": -32603, "message": "Internal error: the tool call failed unexpectedly"}
+INTERNAL_ERROR: dict[str, Any] = {"code": -32603, "message": "Internal error: the tool call failed unexpectedly"}
 
 # P6': -32042, URL elicitation required: "finish this in the browser, then send the same
 # request again". Kept, it would answer that retry for the whole window: never recorded.
 URL_ELICITATION_REQUIRED = -32042
 
 
-def rejection(kind: str, key: str | None = None, detail: str | None = None) -> dict:
+def rejection(kind: str, key: str | None = None, detail: str | None = None) -> dict[str, Any]:
     """P5: the JSON-RPC error object for a rejection; an invalid key is not echoed (P2)."""
     message = MESSAGES[kind] if detail is None else f"{MESSAGES[kind]}; {detail}"
     data = {"type": kind} if key is None else {"type": kind, "idempotencyKey": key}
