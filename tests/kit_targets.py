@@ -52,6 +52,8 @@ TARGETS = {
     "2x-http-2025": ("2.x HTTP, 2025 handshake", "http", ledger_server,
                      ["--revision", "2025-11-25"]),
     "2x-http-auth": ("2.x HTTP, authorisation", "http", ledger_server, []),
+    # Closing an SSE response stream is cancellation (2026-07-28): the kit's cancel checks meet it.
+    "2x-http-sse": ("2.x HTTP, SSE", "http", lambda: [*ledger_server(), "--sse"], []),
     "ts-stdio": ("TS stdio", "stdio", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
     "ts-http": ("TS HTTP", "http", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
 }
@@ -98,7 +100,7 @@ for name, (script, _) in STAND_INS.items():
 
 def with_store(command: list[str], folder: Path, variant: str) -> list[str]:
     """The 2.x servers and stand-ins get a SQLite store of their own per variant: each starts empty."""
-    if command[1:] == SDK2_SERVER or "stand_ins" in command[-1]:
+    if command[1:3] == SDK2_SERVER or "stand_ins" in command[-1]:
         return [*command, "--store", f"sqlite:{folder / (variant or 'main')}.db"]
     return command
 

@@ -51,6 +51,17 @@ IN_PROGRESS = "idempotency_key_in_progress"
 STORE_FULL = "idempotency_store_full"
 
 
+def sse_messages(stream: str) -> list[dict]:
+    """The JSON-RPC messages of an SSE response stream (--sse): notifications, then the response."""
+    return [json.loads(line.removeprefix("data:")) for line in stream.splitlines() if line.startswith("data:")]
+
+
+def sse_message(stream: str) -> str:
+    """The response on an SSE response stream, as the text a JSON response would have carried."""
+    [response] = [message for message in sse_messages(stream) if "id" in message]
+    return json.dumps(response)
+
+
 def sdk2_python() -> str:
     """The interpreter that has mcp 2.x, or a clear failure saying how to make one."""
     if not SDK2_PYTHON.exists():
@@ -356,7 +367,10 @@ class HttpWire(Wire):
         try:
             connection.request("POST", path, body=body, headers=headers)
             response = connection.getresponse()
-            return response.status, dict(response.getheaders()), response.read().decode()
+            answer = response.read().decode()
+            if response.getheader("Content-Type", "").startswith("text/event-stream"):
+                answer = sse_message(answer)
+            return response.status, dict(response.getheaders()), answer
         finally:
             connection.close()
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 import mcp_types
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 from .. import rules
 from ..layer import Idempotency, one_tenant, token_principal
@@ -46,22 +46,25 @@ def ledger_server(keys: Idempotency, charge_delay: float, **auth: Any) -> MCPSer
     mcp = MCPServer(**SERVER_INFO, log_level="WARNING",  # WARNING: stderr is for our decisions
                     lifespan=keys.lifespan, middleware=[keys], **auth)
 
-    async def charge(amount: int) -> str:
+    async def charge(amount: int, ctx: Context) -> str:
         """Apply one charge to the ledger: the side effect that must not happen twice."""
-        await anyio.sleep(charge_delay)  # a slow payment processor, to catch a call in flight
+        # A slow payment processor, to catch a call in flight; it says it started, to a
+        # client that gave a progress token (S5: a replay sends no progress, only the outcome).
+        await ctx.report_progress(0, 1, "charging")
+        await anyio.sleep(charge_delay)
         async with keys.transaction() as tx:  # P17: under a key, part of the layer's unit of work
             balance = await ledger.charge(tx, amount)
         return f"Charged {amount}. New balance: {balance}"
 
     @mcp.tool()
-    async def charge_unguarded(amount: rules.Amount) -> str:
+    async def charge_unguarded(amount: rules.Amount, ctx: Context) -> str:
         """Charge `amount`. The demo calls this one without an idempotencyKey; a key would be honoured."""
-        return await charge(amount)
+        return await charge(amount, ctx)
 
     @mcp.tool()
-    async def charge_guarded(amount: rules.Amount) -> str:
+    async def charge_guarded(amount: rules.Amount, ctx: Context) -> str:
         """Charge `amount`. The demo calls this one with an idempotencyKey."""
-        return await charge(amount)
+        return await charge(amount, ctx)
 
     @mcp.tool()
     async def reset_ledger() -> str:
@@ -88,9 +91,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line: transport, store, windows, bound and the processor's delay."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio",
-                        help="stdio, or stateless Streamable HTTP with JSON responses (default: stdio)")
+                        help="stdio, or stateless Streamable HTTP (default: stdio)")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP: the address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="HTTP: the port (default: 8000); the path is /mcp")
+    parser.add_argument("--sse", action="store_true",
+                        help="HTTP: answer each request on an SSE response stream instead of one JSON body")
     parser.add_argument("--store", default=STORE, metavar="URL",
                         help=f"memory, sqlite:PATH or postgresql://... (P15; default: {STORE})")
     parser.add_argument("--lease", type=options.seconds, default=LEASE_SECONDS, metavar="SECONDS",
@@ -151,7 +156,7 @@ def serve_http(settings: argparse.Namespace, keys: Idempotency) -> None:
 
     if settings.issuer is None:
         mcp = ledger_server(keys, settings.charge_delay)
-        app = mcp.streamable_http_app(stateless_http=True, json_response=True, host=settings.host)
+        app = mcp.streamable_http_app(stateless_http=True, json_response=not settings.sse, host=settings.host)
     else:
         from starlette.middleware import Middleware
 
@@ -160,7 +165,7 @@ def serve_http(settings: argparse.Namespace, keys: Idempotency) -> None:
         verifier = auth.JwtVerifier(settings.issuer, settings.resource, settings.jwks_uri)
         mcp = ledger_server(keys, settings.charge_delay, token_verifier=verifier,
                             auth=auth.auth_settings(settings.issuer, settings.resource))
-        app = mcp.streamable_http_app(stateless_http=True, json_response=True, host=settings.host)
+        app = mcp.streamable_http_app(stateless_http=True, json_response=not settings.sse, host=settings.host)
         # Innermost, after the SDK's authentication: the verified token is known, no handler has run.
         app.user_middleware.append(Middleware(auth.ScopeGate, scopes=TOOL_SCOPES, resource=settings.resource))
         auth.listing_scopes(app, mcp.settings.auth, sorted(set(TOOL_SCOPES.values())))
