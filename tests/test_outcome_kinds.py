@@ -4,7 +4,8 @@ Every kind comes from a real server process on every target. The demo's tools gi
 result, an isError for arguments that fail the schema, and the SDK's answer to an
 unknown tool; tests/outcome_tools/sitecustomize.py adds, from outside the server, a tool
 that fails as a tool, a JSON-RPC error from the tool handling, an internal failure that
-escapes the SDK's handler, and a tool that asks for URL elicitation (-32042) once.
+escapes the SDK's handler, a tool that asks for URL elicitation (-32042) once, and (2.x) one whose
+first answer is an input-required result carrying only a requestState.
 """
 
 import json
@@ -90,3 +91,16 @@ def test_url_elicitation_required_is_not_recorded_and_the_retry_runs_the_tool(ou
     assert log.count(f"released: key={key!r}") == 1
     assert log.count(f"recorded: key={key!r}") == 1
     assert log.count(f"replayed: key={key!r}") == 1
+
+
+@pytest.mark.targets("2x-stdio", "2x-http")
+def test_a_state_only_input_required_result_is_not_recorded_and_the_leg_with_the_state_is(outcome_wire):
+    """P25, the load-shedding form: only a requestState, no question; it is no outcome of the key's."""
+    key = new_key()
+    shed = outcome_wire.call("sheds_load_once", {}, key=key)["result"]
+    again = outcome_wire.call("sheds_load_once", {}, key=key)["result"]  # not replayed: asked anew
+    completed = outcome_wire.call("sheds_load_once", {}, key=key, requestState=shed["requestState"])
+    replayed = outcome_wire.call("sheds_load_once", {}, key=key, requestState=again["requestState"])
+
+    assert shed["resultType"] == again["resultType"] == "input_required" and "inputRequests" not in shed
+    assert text_of(completed) == text_of(replayed) == "completed on run 1"

@@ -34,7 +34,7 @@ import anyio.lowlevel
 import mcp_types
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.shared.exceptions import MCPError
-from mcp_types.methods import serialize_server_result, validate_client_request
+from mcp_types.methods import is_input_required, serialize_server_result, validate_client_request
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from pydantic_core import from_json, to_json
@@ -128,6 +128,22 @@ def recorded_as(outcome: Outcome, key: str, revision: str) -> tuple[Outcome, str
     except Exception:
         log.exception("internal error: key=%r, its outcome cannot be recorded", key)
         return internal_error(), recorded(internal_error(), revision)
+
+
+class AsksAgain(Exception):
+    """P6', P25: an outcome that asks the client to send the request again; kept, it would answer that
+    request for the whole window, so it is never recorded and the claim is given back."""
+
+    def __init__(self, outcome: Outcome):
+        super().__init__("the outcome asks for the request again")
+        self.outcome = outcome
+
+
+def asks_again(outcome: Outcome) -> bool:
+    """-32042 URL elicitation required (2025-11-25) or an InputRequiredResult (2026-07-28, either form)."""
+    if isinstance(outcome, MCPError):
+        return outcome.error.code == rules.URL_ELICITATION_REQUIRED
+    return is_input_required(outcome)
 
 
 async def outcome_of(ctx: Any, call_next: CallNext, key: str) -> Outcome:
@@ -287,10 +303,12 @@ class Idempotency:
         with anyio.CancelScope(shield=True):
             try:
                 outcome, recorded_now = await self.run_and_record(ctx, call_next, key, store_key, fingerprint)
-            except MCPError as error:  # P6': -32042, sent as it is and not recorded
+            except AsksAgain as asked:  # P6', P25: sent as it is, not recorded: the next leg claims the key
                 await self.give_back(key, store_key, owner)
                 log.debug("released: key=%r, the client is asked to send it again", key)
-                raise error
+                if isinstance(asked.outcome, MCPError):
+                    raise asked.outcome from None
+                return asked.outcome
             except StoreUnavailable as error:  # P23: nothing recorded; the client retries
                 await self.give_back(key, store_key, owner)
                 log.warning("store unavailable: key=%r, nothing recorded (%s)", key, error)
@@ -323,8 +341,8 @@ class Idempotency:
                 # P23: the store failed under the tool (the SDK made that an isError
                 # result): that is no outcome of the tool's, and nothing is recorded.
                 raise StoreUnavailable("the unit of work failed") from tx.failure
-            if isinstance(outcome, MCPError) and outcome.error.code == rules.URL_ELICITATION_REQUIRED:
-                raise outcome  # rolls the unit of work back; run_once gives the key back
+            if asks_again(outcome):
+                raise AsksAgain(outcome)  # rolls the unit of work back; run_once gives the key back
             outcome, text = recorded_as(outcome, key, ctx.protocol_version)
             # P18: sent with the commit, which happens once, as the unit of work ends: the
             # first completion of the key wins; a later one rolls back with everything it did.

@@ -11,6 +11,8 @@ demo's servers hold no test code: everything here wraps the SDK from outside.
                          below the dispatch layer answers it
     needs_browser_once   URL elicitation required (-32042) on its first run, then a
                          result naming the run: "completed on run 2"
+    sheds_load_once      (mcp 2.x) an InputRequiredResult carrying only a requestState,
+                         then, sent again with that state, a result
 
 On mcp 1.x, FastMCP turns every exception of a tool into an isError result, except
 UrlElicitationRequiredError: so the JSON-RPC error and the internal failure are raised by
@@ -20,7 +22,7 @@ the tools raise them themselves, and only the internal failure is a wrapper (of
 MCPServer's own handler).
 """
 
-runs = {"needs_browser_once": 0}
+runs = {"needs_browser_once": 0, "sheds_load_once": 0}
 
 JSONRPC_ERROR = {"code": -32099, "message": "staged: the payment processor is unreachable", "data": {"retryable": True}}
 SIGN_IN = {"mode": "url", "message": "Sign in to your bank", "url": "https://bank.example/sign-in",
@@ -79,7 +81,7 @@ def install_on_mcp1() -> None:
 def install_on_mcp2() -> None:
     """mcp 2.x: tools that raise their JSON-RPC errors, and a failing wrapper of MCPServer's handler."""
     import mcp_types
-    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver import Context, MCPServer
     from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 
     def raise_jsonrpc_error() -> str:
@@ -93,11 +95,19 @@ def install_on_mcp2() -> None:
             raise UrlElicitationRequiredError([mcp_types.ElicitRequestURLParams(**SIGN_IN)])
         return f"completed on run {runs['needs_browser_once']}"
 
+    def sheds_load_once(ctx: Context) -> str | mcp_types.InputRequiredResult:
+        """The state-only input-required form (2026-07-28): "send this again, with this state"."""
+        if ctx.request_state is None:
+            return mcp_types.InputRequiredResult(request_state="shed")
+        runs["sheds_load_once"] += 1
+        return f"completed on run {runs['sheds_load_once']}"
+
     init, handle = MCPServer.__init__, MCPServer._handle_call_tool
 
     def init_with_test_tools(self, *args, **kwargs) -> None:
         init(self, *args, **kwargs)
         add_tools(self, raise_jsonrpc_error, needs_browser_once)
+        self.add_tool(sheds_load_once, name="sheds_load_once")
 
     async def handle_failing_internally(self, ctx, params):
         if params.name == "fail_internally":

@@ -34,7 +34,16 @@ SERVER_INFO = {"name": "sep-3182-demo", "version": "2.0"}
 # K3, P22: what a token must carry to call each tool over HTTP with authorisation;
 # checked on every request, a replay included, before the store is consulted.
 TOOL_SCOPES = {"charge_unguarded": "ledger:charge", "charge_guarded": "ledger:charge",
-               "reset_ledger": "ledger:charge", "get_balance": "ledger:read"}
+               "charge_confirmed": "ledger:charge", "reset_ledger": "ledger:charge", "get_balance": "ledger:read"}
+
+
+
+def confirmation(amount: int) -> mcp_types.ElicitRequest:
+    """The question charge_confirmed asks before it charges: a form with one yes/no field."""
+    return mcp_types.ElicitRequest(params=mcp_types.ElicitRequestFormParams(
+        message=f"Charge {amount}?",
+        requested_schema={"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}))
+
 
 # ----------------------------------------------------------------------------
 # The ledger's tools
@@ -64,6 +73,17 @@ def ledger_server(keys: Idempotency, charge_delay: float, **auth: Any) -> MCPSer
     @mcp.tool()
     async def charge_guarded(amount: rules.Amount, ctx: Context) -> str:
         """Charge `amount`. The demo calls this one with an idempotencyKey."""
+        return await charge(amount, ctx)
+
+    @mcp.tool()
+    async def charge_confirmed(amount: rules.Amount, ctx: Context) -> str | mcp_types.InputRequiredResult:
+        """Charge `amount` once the user confirms it: the first leg asks (2026-07-28), the next one charges."""
+        if ctx.request_state is None:  # P25: the question is no outcome of the key's, and charges nothing
+            return mcp_types.InputRequiredResult(input_requests={"confirm": confirmation(amount)},
+                                                 request_state=f"confirm {amount}")
+        answer = (ctx.input_responses or {}).get("confirm")
+        if not isinstance(answer, mcp_types.ElicitResult) or answer.action != "accept":
+            return "Not charged: the user did not confirm."
         return await charge(amount, ctx)
 
     @mcp.tool()
