@@ -68,6 +68,18 @@ class StoreUnavailable(Exception):
     """P23: the store failed (busy, locked, full, an I/O error, a lost connection): nothing was recorded."""
 
 
+def may_take(status: str, stored_fingerprint: bytes, deadline_passed: bool, fingerprint: bytes) -> bool:
+    """P8, P18: may a claim for `fingerprint` take the key from the record that holds it?
+
+    Only once the record's deadline has passed: a completed record has then expired, and
+    the key is new to any request; a running one's lease has passed, and the same request
+    takes it over, while another request under the key is still a conflict (it must never
+    run with the original's key). This is the rule's one statement in Python: the memory
+    store calls it, and the SQL stores' copies, which must decide inside the database in
+    one atomic step, are checked against it by tests/test_store.py."""
+    return deadline_passed and (status == "completed" or stored_fingerprint == fingerprint)
+
+
 # The longest any statement waits for a lock, or a writer for the file. A unit of
 # work that waited most of its lease would find its key taken over anyway (P18);
 # failing sooner gives the key back while the client still retries.

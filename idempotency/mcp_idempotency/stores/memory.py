@@ -4,7 +4,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from . import Full, Held, Limits, Store, Transaction, Won, new_owner
+from . import Full, Held, Limits, Store, Transaction, Won, may_take, new_owner
 
 
 @dataclass
@@ -45,10 +45,8 @@ class MemoryStore(Store):
         # No `await` in here: on one event loop the look-up and the write are one step (P16).
         now = self.clock()
         record = self.records.get(key)
-        if record is not None and record.deadline > now:
+        if record is not None and not may_take(record.status, record.fingerprint, record.deadline <= now, fingerprint):
             return Held(record.fingerprint, record.outcome)  # replay, conflict or in progress
-        if record is not None and record.status == "running" and record.fingerprint != fingerprint:
-            return Held(record.fingerprint, None)  # P18: a passed lease is taken over by the same request only
         if record is None and len(self.records) >= self.limits.max_records:
             self.purge()
             if len(self.records) >= self.limits.max_records:

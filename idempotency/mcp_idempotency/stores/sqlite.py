@@ -7,7 +7,7 @@ import time
 import anyio
 import anyio.to_thread
 
-from . import LONGEST_WAIT, Full, Held, Limits, Store, StoreUnavailable, Transaction, Won, new_owner
+from . import LONGEST_WAIT, Full, Held, Limits, Store, StoreUnavailable, Transaction, Won, may_take, new_owner
 
 SCHEMA_VERSION = 2  # PRAGMA user_version; 1 was the layout with NULL patterns across columns
 
@@ -43,10 +43,11 @@ PRAGMA user_version = {SCHEMA_VERSION};
 HOLDER = "SELECT fingerprint, status, outcome, deadline <= :now FROM idempotency_records WHERE key = :key"
 
 # P16: the claim is this one statement, under the write lock: a new key is
-# inserted; an existing row is taken only where its deadline passed and it is
-# completed (expired: the key is new again) or running for the same request (a
-# takeover, P18). It returns a row exactly when this call now holds the key, and
-# says whether the row is new (P9 counts it). It trusts no earlier read.
+# inserted; an existing row is taken only where `may_take` (stores/__init__.py)
+# says so, its WHERE clause being that rule in SQL: the deadline passed and the
+# record is completed (expired: the key is new again) or running for the same
+# request (a takeover, P18). It returns a row exactly when this call now holds the
+# key. It trusts no earlier read.
 CLAIM = """
 INSERT INTO idempotency_records (key, fingerprint, status, deadline, owner)
 VALUES (:key, :fingerprint, 'running', :now + :lease, :owner)
@@ -170,8 +171,10 @@ class SQLiteStore(Store):
         """P4, P8, P9, P16, P18: a read; then, if the key may be taken, one write transaction."""
         now = self.clock()
         holder = db.execute(HOLDER, {"key": key, "now": now}).fetchone()
-        if holder is not None and not may_take(holder, fingerprint):
-            return Held(holder[0], holder[2])  # no write at all: a replay, a conflict, in progress
+        if holder is not None:
+            stored, status, outcome, passed = holder
+            if not may_take(status, stored, bool(passed), fingerprint):
+                return Held(stored, outcome)  # no write at all: a replay, a conflict, in progress
         return self.take(db, key, fingerprint, now)
 
     def take(self, db: sqlite3.Connection, key: str, fingerprint: bytes, now: float) -> Won | Held | Full:
@@ -218,12 +221,6 @@ class SQLiteStore(Store):
 
     def begin(self) -> Transaction:
         return SQLiteTransaction(self)
-
-
-def may_take(holder: tuple, fingerprint: bytes) -> bool:
-    """P8, P18: an expired record, or a running one past its lease for the same request, may be taken."""
-    stored, status, _, passed = holder
-    return bool(passed) and (status == "completed" or stored == fingerprint)
 
 
 class SQLiteTransaction(Transaction):
