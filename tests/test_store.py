@@ -14,6 +14,7 @@ import pytest
 
 from conftest import FakeClock
 from stores import execute
+from mcp_idempotency.demo import ledger as the_ledger
 from mcp_idempotency.stores import Full, Held, Limits, Won, may_take, memory, postgres, sqlite
 from wire import SDK2_SERVER, sdk2_python
 
@@ -41,12 +42,21 @@ STORES = ["memory", "sqlite", "postgresql"]
 
 
 async def open_one(kind: str, limits: Limits, request, tmp_path) -> Opened:
-    """A store of `kind`, with `limits`."""
+    """A store of `kind` holding the demo's ledger, as the ledger server opens it."""
     if kind == "postgresql":
-        return Opened(await postgres.PostgresStore.open(request.getfixturevalue("postgres_url"), limits), None)
-    clock = FakeClock()
-    return Opened(memory.MemoryStore(limits, clock) if kind == "memory"
-                  else sqlite.SQLiteStore(str(tmp_path / "store.db"), limits, clock), clock)
+        opened = Opened(await postgres.PostgresStore.open(request.getfixturevalue("postgres_url"), limits), None)
+    else:
+        clock = FakeClock()
+        opened = Opened(memory.MemoryStore(limits, clock) if kind == "memory"
+                        else sqlite.SQLiteStore(str(tmp_path / "store.db"), limits, clock), clock)
+    await with_ledger(opened.store)
+    return opened
+
+
+async def with_ledger(store) -> None:
+    """The demo's ledger in `store`, as the ledger server makes it at start: the store itself has none."""
+    async with store.transaction() as tx:
+        await the_ledger.create(tx)
 
 
 @pytest.fixture(params=STORES)
@@ -60,14 +70,14 @@ async def opened(request, tmp_path):
 async def charged(store, key: str, amount: int = 100, fingerprint: bytes = FINGERPRINT) -> bool:
     """A keyed charge's unit of work as the server runs it: the charge, then commit with the record."""
     async with store.transaction() as tx:
-        await tx.charge(amount)
+        await the_ledger.charge(tx, amount)
         tx.complete(key, fingerprint, f"charged {amount}")
     return tx.completed
 
 
 async def ledger(store) -> dict:
     async with store.transaction() as tx:
-        return await tx.ledger()
+        return await the_ledger.read(tx)
 
 
 async def test_completed_record_replays_inside_its_window_and_is_dropped_after_it(opened):
@@ -190,10 +200,10 @@ async def test_a_nested_unit_of_work_that_fails_undoes_its_own_writes_only(opene
     async def tool() -> None:
         """Charge 1; then, in a nested unit of work, charge 10 and fail; catch it."""
         async with store.transaction() as tx:
-            await tx.charge(1)
+            await the_ledger.charge(tx, 1)
         with pytest.raises(RuntimeError):
             async with store.transaction() as tx:
-                await tx.charge(10)
+                await the_ledger.charge(tx, 10)
                 raise RuntimeError("the processor declined after the write")
 
     await tool()  # unkeyed: each unit of work on its own
@@ -265,6 +275,7 @@ async def test_claims_and_completions_at_once_under_any_default_isolation_level_
     finally:
         await admin.close()
     store = await postgres.PostgresStore.open(postgres_url, Limits(retention=60, lease=30, max_records=1000))
+    await with_ledger(store)
     won = []
 
     async def claim_and_complete(key: str) -> None:
