@@ -32,7 +32,9 @@ SQLITE_CHARGE = "UPDATE ledger SET balance = balance + ?, charges = charges + 1 
 
 # PostgreSQL. CREATE TABLE IF NOT EXISTS is not safe against another session running
 # it at the same moment (both may insert the type: a unique violation), so instances
-# starting together take turns on a lock of the ledger's own, held to the commit.
+# starting together take turns on a lock of the ledger's own, held to the commit. The
+# row is added only where none is seen: an INSERT ... ON CONFLICT would wait for a
+# charge in flight on the row (a peer frozen mid-charge, P23) before this one could start.
 POSTGRES_TABLE = """
 SELECT pg_advisory_xact_lock(hashtext('mcp_idempotency.demo.ledger'));
 CREATE TABLE IF NOT EXISTS ledger (
@@ -40,7 +42,7 @@ CREATE TABLE IF NOT EXISTS ledger (
     balance  bigint NOT NULL,
     charges  bigint NOT NULL
 );
-INSERT INTO ledger VALUES (1, 0, 0) ON CONFLICT (id) DO NOTHING"""
+INSERT INTO ledger SELECT 1, 0, 0 WHERE NOT EXISTS (SELECT FROM ledger)"""
 POSTGRES_CHARGE = "UPDATE ledger SET balance = balance + $1, charges = charges + 1 RETURNING balance"
 
 READ = "SELECT balance, charges FROM ledger"

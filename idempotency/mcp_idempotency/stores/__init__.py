@@ -33,7 +33,7 @@ layer then records nothing, gives the key back and tells the client to retry (P2
 
 Every record is running (its deadline is the lease's end, P18) or completed (its
 deadline is the retention window's end, P8). A record past its deadline reads as
-absent, or as free to take over; the bound (P9) is kept by a count, and expired
+absent, or as free to take over (`may_take` below says which); the bound (P9) is kept by a count, and expired
 records are purged only when the count reaches it.
 """
 
