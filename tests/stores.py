@@ -7,17 +7,21 @@ import sqlite3
 from collections import Counter
 
 
-def read_store(url: str) -> tuple[dict, dict, int]:
-    """The ledger, every record's outcome (None while running) and the store's own count of
-    its records (P9), read in one snapshot."""
+def read_store(url: str) -> tuple[dict | None, dict, int]:
+    """The demo's ledger (None where no ledger server ever started: the store itself has no ledger),
+    every record's outcome (None while running) and the store's own count of its records (P9), read
+    in one snapshot."""
     if url.startswith("sqlite:"):
         with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:"), isolation_level=None)) as db:
             db.execute("BEGIN")
-            balance, charges = db.execute("SELECT balance, charges FROM ledger").fetchone()
+            ledger = None
+            if db.execute("SELECT 1 FROM sqlite_schema WHERE name = 'ledger'").fetchone():
+                balance, charges = db.execute("SELECT balance, charges FROM ledger").fetchone()
+                ledger = {"balance": balance, "charges": charges}
             records = dict(db.execute("SELECT key, outcome FROM idempotency_records"))
             (counted,) = db.execute("SELECT n FROM idempotency_record_count").fetchone()
             db.execute("COMMIT")
-        return {"balance": balance, "charges": charges}, records, counted
+        return ledger, records, counted
 
     import anyio
     import asyncpg
@@ -26,7 +30,9 @@ def read_store(url: str) -> tuple[dict, dict, int]:
         db = await asyncpg.connect(url)
         try:
             async with db.transaction(isolation="repeatable_read", readonly=True):
-                ledger = dict(await db.fetchrow("SELECT balance, charges FROM ledger"))
+                ledger = None
+                if await db.fetchval("SELECT to_regclass('ledger') IS NOT NULL"):
+                    ledger = dict(await db.fetchrow("SELECT balance, charges FROM ledger"))
                 records = {row["key"]: row["outcome"]
                            for row in await db.fetch("SELECT key, outcome FROM idempotency_records")}
                 counted = await db.fetchval("SELECT n FROM idempotency_record_count")

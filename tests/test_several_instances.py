@@ -199,6 +199,30 @@ def test_instance_that_starts_while_another_is_charging_disturbs_neither(store_u
             b.close()
 
 
+@pytest.mark.anyio
+async def test_instance_starts_on_postgresql_while_a_frozen_peer_holds_the_ledger_row(postgres_url):
+    """P15, P23: each instance makes the ledger's table as it starts, and must not wait for a peer's
+    charge in flight: a peer frozen mid-charge holds the ledger's row until its session times out (a
+    lease and a wait). An INSERT ... ON CONFLICT of the ledger's row waited, and the start failed."""
+    import anyio
+    import asyncpg
+
+    server = ("2x-http", "--store", postgres_url, "--lease", "3")  # a wait of 1 s
+    (await anyio.to_thread.run_sync(lambda: start(*server))).close()  # the store and its ledger made
+    peer = await asyncpg.connect(postgres_url)
+    try:
+        await peer.execute("BEGIN")
+        await peer.execute("UPDATE ledger SET balance = balance + 100, charges = charges + 1")  # no COMMIT: frozen
+        wire = await anyio.to_thread.run_sync(lambda: start(*server))
+        try:
+            assert wire.ledger() == {"balance": 0, "charges": 0}  # serving, and reading what committed
+        finally:
+            wire.close()
+    finally:
+        await peer.execute("ROLLBACK")
+        await peer.close()
+
+
 # ----------------------------------------------------------------------------
 # Slow: 1,000 keys, each sent to two instances at once
 # ----------------------------------------------------------------------------

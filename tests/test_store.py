@@ -14,7 +14,8 @@ import pytest
 
 from conftest import FakeClock
 from stores import execute
-from mcp_idempotency.stores import Full, Held, Limits, Won, memory, postgres, sqlite
+from mcp_idempotency.demo import ledger as the_ledger
+from mcp_idempotency.stores import Full, Held, Limits, Won, may_take, memory, postgres, sqlite
 from wire import SDK2_SERVER, sdk2_python
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("2x-stdio", "2x-http")]
@@ -37,32 +38,46 @@ class Opened:
             await anyio.sleep(seconds)
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
-async def opened(request, tmp_path):
-    """Each store with a one-second retention and lease, and room for two records."""
-    limits = Limits(retention=WINDOW, lease=WINDOW, max_records=2)
-    if request.param == "postgresql":
-        store = await postgres.PostgresStore.open(request.getfixturevalue("postgres_url"), limits)
-        yield Opened(store, None)
+STORES = ["memory", "sqlite", "postgresql"]
+
+
+async def open_one(kind: str, limits: Limits, request, tmp_path) -> Opened:
+    """A store of `kind` holding the demo's ledger, as the ledger server opens it."""
+    if kind == "postgresql":
+        opened = Opened(await postgres.PostgresStore.open(request.getfixturevalue("postgres_url"), limits), None)
     else:
         clock = FakeClock()
-        store = (memory.MemoryStore(limits, clock) if request.param == "memory"
-                 else sqlite.SQLiteStore(str(tmp_path / "store.db"), limits, clock))
-        yield Opened(store, clock)
-    await store.close()
+        opened = Opened(memory.MemoryStore(limits, clock) if kind == "memory"
+                        else sqlite.SQLiteStore(str(tmp_path / "store.db"), limits, clock), clock)
+    await with_ledger(opened.store)
+    return opened
+
+
+async def with_ledger(store) -> None:
+    """The demo's ledger in `store`, as the ledger server makes it at start: the store itself has none."""
+    async with store.transaction() as tx:
+        await the_ledger.create(tx)
+
+
+@pytest.fixture(params=STORES)
+async def opened(request, tmp_path):
+    """Each store with a one-second retention and lease, and room for two records."""
+    opened = await open_one(request.param, Limits(retention=WINDOW, lease=WINDOW, max_records=2), request, tmp_path)
+    yield opened
+    await opened.store.close()
 
 
 async def charged(store, key: str, amount: int = 100, fingerprint: bytes = FINGERPRINT) -> bool:
     """A keyed charge's unit of work as the server runs it: the charge, then commit with the record."""
     async with store.transaction() as tx:
-        await tx.charge(amount)
+        await the_ledger.charge(tx, amount)
         tx.complete(key, fingerprint, f"charged {amount}")
     return tx.completed
 
 
 async def ledger(store) -> dict:
     async with store.transaction() as tx:
-        return await tx.ledger()
+        return await the_ledger.read(tx)
 
 
 async def test_completed_record_replays_inside_its_window_and_is_dropped_after_it(opened):
@@ -185,10 +200,10 @@ async def test_a_nested_unit_of_work_that_fails_undoes_its_own_writes_only(opene
     async def tool() -> None:
         """Charge 1; then, in a nested unit of work, charge 10 and fail; catch it."""
         async with store.transaction() as tx:
-            await tx.charge(1)
+            await the_ledger.charge(tx, 1)
         with pytest.raises(RuntimeError):
             async with store.transaction() as tx:
-                await tx.charge(10)
+                await the_ledger.charge(tx, 10)
                 raise RuntimeError("the processor declined after the write")
 
     await tool()  # unkeyed: each unit of work on its own
@@ -200,6 +215,53 @@ async def test_a_nested_unit_of_work_that_fails_undoes_its_own_writes_only(opene
         tx.complete("k", FINGERPRINT, "done")
     assert tx.completed
     assert await ledger(store) == {"balance": 2, "charges": 2}
+
+
+# P8, P18: each kind of record a claim can meet, past or within its deadline, by the same
+# request or another: (status, deadline passed, same fingerprint).
+TAKEOVER_CASES = [(status, passed, same) for status in ("running", "completed")
+                  for passed in (True, False) for same in (True, False)]
+# Where the key is taken: an expired record, by any request; a passed lease, by the same request only.
+TAKEN = {("completed", True, True), ("completed", True, False), ("running", True, True)}
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_every_store_takes_a_key_exactly_where_the_takeover_rule_says(kind, request, tmp_path):
+    """P8, P18: the rule is stated once, `may_take` in stores/__init__.py, and copied into SQL where it must
+    be atomic (SQLite's CLAIM, PostgreSQL's idempotency_claim): each store's claim agrees with it, case by
+    case, and so does SQLite's claim statement on its own, without the read before it."""
+    # Two seconds on PostgreSQL's real clock (P19): a record within its deadline is checked at once, and
+    # every statement may take up to a lease (command_timeout) on a loaded machine.
+    window = 2 * WINDOW
+    opened = await open_one(kind, Limits(retention=window, lease=window, max_records=100), request, tmp_path)
+    store = opened.store
+
+    async def record(case: tuple) -> None:
+        """Under each of the case's two keys, a record of the case's status, for the request FINGERPRINT."""
+        for key in (f"claim {case}", f"take {case}"):
+            assert isinstance(await store.claim(key, FINGERPRINT), Won)
+            if case[0] == "completed":
+                assert await charged(store, key)
+
+    try:
+        for case in TAKEOVER_CASES:  # first the records whose deadline is to pass
+            if case[1]:
+                await record(case)
+        await opened.wait_out(window * 1.2)
+        for case in TAKEOVER_CASES:
+            status, passed, same = case
+            if not passed:  # made just before it is checked, well within its deadline
+                await record(case)
+            fingerprint = FINGERPRINT if same else OTHER
+            expected = may_take(status, FINGERPRINT, passed, fingerprint)
+            assert expected == (case in TAKEN), case
+            claim = await store.claim(f"claim {case}", fingerprint)
+            assert isinstance(claim, Won) == expected, (case, claim)
+            if kind == "sqlite":  # the CLAIM statement decides alone here: the read before it is skipped
+                taken = store.take(store.on_loop, f"take {case}", fingerprint, store.clock())
+                assert isinstance(taken, Won) == expected, ("CLAIM", case, taken)
+    finally:
+        await store.close()
 
 
 @pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
@@ -215,6 +277,7 @@ async def test_claims_and_completions_at_once_under_any_default_isolation_level_
     finally:
         await admin.close()
     store = await postgres.PostgresStore.open(postgres_url, Limits(retention=60, lease=30, max_records=1000))
+    await with_ledger(store)
     won = []
 
     async def claim_and_complete(key: str) -> None:

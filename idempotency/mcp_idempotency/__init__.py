@@ -4,7 +4,8 @@ The public API, each in its module (this file imports none of them, so the store
 and the rules load without the SDK):
 
     mcp_idempotency.layer     Idempotency, the dispatch layer: MCPServer(lifespan=keys.lifespan, middleware=[keys])
-    mcp_idempotency.stores    open_store, Limits, and the unit of work a tool joins (P17)
+    mcp_idempotency.stores    open_store, Limits, and the unit of work a tool joins (P17); the command
+                              `mcp-idempotency-store upgrade URL` (stores/command.py)
     mcp_idempotency.rules     what a valid key is, when two calls are the same request, the rejections
     mcp_idempotency.probe     P12': does this mcp build let the layer see the key?
     mcp_idempotency.keyed_call  what a 2.x client sends: KeyedCall, KeyedCallParams

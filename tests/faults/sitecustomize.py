@@ -39,15 +39,16 @@ there, or to hold the call there):
     after-claim          the claim committed, the tool has not started:
                          `SQLiteStore.claim` / `PostgresStore.claim` kill after returning Won.
     after-charge         inside the tool, after its ledger write, before the unit of work
-                         commits: `SQLiteTransaction.charge` / `PostgresTransaction.charge`
-                         kill after the UPDATE returned.
+                         commits: the demo's `ledger.charge` (mcp_idempotency.demo.ledger,
+                         which runs its UPDATE through the transaction's `run`) kills
+                         after it returned, on either store.
     after-commit         the charge and the completed record are committed, the reply is
                          not sent: the transaction's `commit` kills once it completed the record.
 
 The server code holds no fault code: everything here wraps the store's own functions
 from outside. The server imports its store package (`mcp_idempotency.stores`), which
 imports its backend module (`mcp_idempotency.stores.sqlite`, `...postgres`) only when
-it opens one, so none exists yet
+it opens one, and its ledger module (`mcp_idempotency.demo.ledger`), so none exists yet
 when this module runs. A finder put first on `sys.meta_path` waits for those imports
 (and asyncpg's): it lets the normal finders locate
 the module, wraps the loader they return, and applies the patches as soon as the module's
@@ -192,8 +193,15 @@ def transaction_of(backend):
     return backend.SQLiteTransaction if hasattr(backend, "SQLiteTransaction") else backend.PostgresTransaction
 
 
-def after_charge(backend) -> None:
-    reach_after([transaction_of(backend)], "charge", "after-charge")
+def after_charge(ledger) -> None:
+    charge = ledger.charge
+
+    async def charged(tx, amount):
+        balance = await charge(tx, amount)
+        await reached("after-charge")
+        return balance
+
+    ledger.charge = charged  # the server's tool looks the name up in the module at each call
 
 
 def after_completing_commit(backend) -> None:
@@ -212,11 +220,11 @@ def before_postgres_claim_commits(asyncpg) -> None:
     asyncpg.Connection.fetchrow = wrapped
 
 
-# What to wrap in each backend module of the server's store package, for each phase.
-BACKEND_PATCHES = {
+# What to wrap in each module of the server's store package (and its ledger), for each phase.
+MODULE_PATCHES = {
     "before-claim-commit": {"mcp_idempotency.stores.sqlite": before_sqlite_claim_commits},
     "after-claim": {"mcp_idempotency.stores.sqlite": after_claim_wins, "mcp_idempotency.stores.postgres": after_claim_wins},
-    "after-charge": {"mcp_idempotency.stores.sqlite": after_charge, "mcp_idempotency.stores.postgres": after_charge},
+    "after-charge": {"mcp_idempotency.demo.ledger": after_charge},
     "after-commit": {"mcp_idempotency.stores.sqlite": after_completing_commit, "mcp_idempotency.stores.postgres": after_completing_commit},
 }
 
@@ -268,7 +276,7 @@ PHASE = KILL_AT or STOP_AT or PAUSE_AT
 if PHASE is not None:
     if PHASE not in PHASES or sum(map(bool, (KILL_AT, STOP_AT, PAUSE_AT))) > 1:
         sys.exit(f"faults: set one of SEP3182_KILL_AT, SEP3182_STOP_AT, SEP3182_PAUSE_AT to one of {', '.join(PHASES)}")
-    patches = dict(BACKEND_PATCHES[PHASE])
+    patches = dict(MODULE_PATCHES[PHASE])
     if PHASE == "before-claim-commit":
         patches["asyncpg"] = before_postgres_claim_commits
     sys.meta_path.insert(0, PatchOnImport(patches))

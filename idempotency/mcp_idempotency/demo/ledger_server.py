@@ -23,7 +23,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from .. import rules
 from ..layer import Idempotency, one_tenant, token_principal
 from ..probe import sdk_hides_the_key
-from ..stores import LEASE_SECONDS, Limits, open_store
+from ..stores import LEASE_SECONDS, Limits, OtherSchema, open_store
 from . import ledger, options
 
 log = logging.getLogger("idempotency")
@@ -162,11 +162,16 @@ def tenancy(settings: argparse.Namespace) -> str:
 
 
 async def store_problem(url: str, limits: Limits) -> str | None:
-    """Open the store once before serving: a bad --store ends in one line, not a traceback."""
+    """Open the store once before serving, and make the ledger's table in it if it has none: a bad
+    --store ends in one line, not a traceback. Every instance does this as it starts (ledger.create
+    lets several do it at once), before any call can reach the ledger."""
     try:
-        async with open_store(url, limits):
+        async with open_store(url, limits) as store, store.transaction() as tx:
+            await ledger.create(tx)
             return None
-    except Exception as error:  # an unknown scheme, a folder that is not there, a server that refuses
+    except OtherSchema as error:  # its message says what to do: the one line as it is
+        return str(error)
+    except Exception as error:  # noqa: BLE001 - an unknown scheme, a folder that is not there, a server that refuses
         return f"{type(error).__name__}: {error}".splitlines()[0]
 
 
@@ -180,7 +185,9 @@ def serve_http(settings: argparse.Namespace, keys: Idempotency) -> None:
     else:
         from starlette.middleware import Middleware
 
-        from .. import auth  # only this mode needs joserfc (pip install ./idempotency[auth])
+        from .. import (
+            auth,  # only this mode needs joserfc (pip install ./idempotency[auth])
+        )
 
         verifier = auth.JwtVerifier(settings.issuer, settings.resource, settings.jwks_uri)
         mcp = ledger_server(keys, settings.charge_delay, token_verifier=verifier,

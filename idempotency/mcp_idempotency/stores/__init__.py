@@ -1,4 +1,4 @@
-"""Where the idempotency records and the demo's ledger live, shared by every instance (P15).
+"""Where the idempotency records live, shared by every instance (P15), and the unit of work a tool joins.
 
 One interface, three stores, one module each, chosen by URL:
 
@@ -7,7 +7,7 @@ One interface, three stores, one module each, chosen by URL:
                            offered to show it)
     sqlite:PATH            sqlite.py: one file, several processes on one machine (the default)
     postgresql://...       postgres.py: one server, several machines; its clock is the only
-                           clock (P19); its tables and claim function are postgres_v2.sql
+                           clock (P19); its tables and claim function are postgres_v3.sql
 
 Every store answers what the dispatch layer asks:
 
@@ -15,10 +15,17 @@ Every store answers what the dispatch layer asks:
                               no lock, so most retries cost a read), or else the key taken in
                               one atomic step, or a takeover of a claim whose lease passed
     release(key, owner)       P6': the key given back, so the retry runs the tool again
-    transaction()             P17: a unit of work; the tool's ledger write joins the one the
+    transaction()             P17: a unit of work; the tool's own writes join the one the
                               dispatch layer opened (as a savepoint), and
-                              tx.complete() has the commit complete the record with the
-                              charge, or roll both back (fencing)
+                              tx.complete() has the commit complete the record with them,
+                              or roll both back (fencing)
+
+A store keeps the records and the unit of work, nothing else. A tool keeps its own
+data in the same store through the unit of work's public API, and creates its own
+tables: on SQLite `await tx.run(lambda db: db.execute(...))` runs in the worker
+thread that holds the transaction, on PostgreSQL `await tx.run(lambda db:
+db.fetchval(...))` on its asyncpg connection, and the memory store keeps whole
+numbers by name (`tx.value`, `tx.add`). mcp_idempotency/demo/ledger.py is such a tool.
 
 A store that fails (busy, locked, full, an I/O error, a lost connection) raises
 StoreUnavailable, and a unit of work that met one says so in `failure`: the dispatch
@@ -26,7 +33,7 @@ layer then records nothing, gives the key back and tells the client to retry (P2
 
 Every record is running (its deadline is the lease's end, P18) or completed (its
 deadline is the retention window's end, P8). A record past its deadline reads as
-absent, or as free to take over; the bound (P9) is kept by a count, and expired
+absent, or as free to take over (`may_take` below says which); the bound (P9) is kept by a count, and expired
 records are purged only when the count reaches it.
 """
 
@@ -34,8 +41,10 @@ import contextvars
 import itertools
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import NamedTuple
 
 import anyio
@@ -66,6 +75,18 @@ class Full(NamedTuple):
 
 class StoreUnavailable(Exception):
     """P23: the store failed (busy, locked, full, an I/O error, a lost connection): nothing was recorded."""
+
+
+def may_take(status: str, stored_fingerprint: bytes, deadline_passed: bool, fingerprint: bytes) -> bool:
+    """P8, P18: may a claim for `fingerprint` take the key from the record that holds it?
+
+    Only once the record's deadline has passed: a completed record has then expired, and
+    the key is new to any request; a running one's lease has passed, and the same request
+    takes it over, while another request under the key is still a conflict (it must never
+    run with the original's key). This is the rule's one statement in Python: the memory
+    store calls it, and the SQL stores' copies, which must decide inside the database in
+    one atomic step, are checked against it by tests/test_store.py."""
+    return deadline_passed and (status == "completed" or stored_fingerprint == fingerprint)
 
 
 # The longest any statement waits for a lock, or a writer for the file. A unit of
@@ -102,6 +123,46 @@ def new_owner() -> str:
 
 
 # ----------------------------------------------------------------------------
+# The SQL stores' schema version, and the one step from the version before
+# ----------------------------------------------------------------------------
+
+# Version 3: the records and their count, nothing else. Version 2 held the demo's
+# ledger too, in the same layout otherwise, so it is brought to 3 in place by
+# recording the new version: every record is kept, and so is the ledger's table,
+# which the demo's ledger module then finds as its own. Version 1 (NULL patterns
+# across columns) cannot be: its records are not this layout's.
+SCHEMA_VERSION = 3
+UPGRADABLE = 2
+UPGRADE = "mcp-idempotency-store upgrade"  # stores/command.py
+
+
+class OtherSchema(Exception):
+    """The store holds another schema version than this code reads; the message, one line, says what to do."""
+
+
+def refusal(url: str, found: int, otherwise: str) -> OtherSchema:
+    """The one line for a store of version `found`: the command that upgrades it, or `otherwise`."""
+    remedy = f"upgrade it in place with: {UPGRADE} {url}" if found == UPGRADABLE else otherwise
+    return OtherSchema(f"it holds schema version {found}, and this code reads version {SCHEMA_VERSION}; {remedy}")
+
+
+def must_create(url: str, found: int, otherwise: str) -> bool:
+    """At start, a store of version `found` (0: nothing there yet) is created, used as it is, or refused."""
+    if found not in (0, SCHEMA_VERSION):
+        raise refusal(url, found, otherwise)
+    return found == 0
+
+
+def must_upgrade(url: str, found: int, otherwise: str) -> bool:
+    """For `mcp-idempotency-store upgrade`, a store of version `found` is upgraded, left as it is, or refused."""
+    if found == 0:
+        raise OtherSchema("it holds no store, so there is nothing to upgrade: a server creates one there as it starts")
+    if found not in (UPGRADABLE, SCHEMA_VERSION):
+        raise refusal(url, found, otherwise)
+    return found == UPGRADABLE
+
+
+# ----------------------------------------------------------------------------
 # A unit of work, and a nested one (a savepoint)
 # ----------------------------------------------------------------------------
 
@@ -114,38 +175,39 @@ _open_transaction: contextvars.ContextVar["Transaction | None"] = contextvars.Co
 
 
 class Transaction(ABC):
-    """The statements of one unit of work; each store says how they run.
+    """The statements of one unit of work; each store says how they run, and how a tool's run in it.
 
     Nothing is sent until the first statement: a tool that waits before it writes
     (a slow payment processor) holds no lock meanwhile. Savepoints asked for before
-    then are sent with that statement, in the same trip (P17 at no extra round trip).
+    then begin with that statement (on SQL stores, sent in the same trip: P17 at no
+    extra round trip).
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.failure: Exception | None = None  # P23: the store failure this unit of work met, if any
         self.savepoints: list[str] = []  # open savepoints, innermost last
-        self.unsent = 0  # how many of the innermost savepoints are not yet sent
+        self.unsent = 0  # how many of the innermost savepoints have not yet begun
         self.count = itertools.count(1)
         self.completion: tuple[str, bytes, str] | None = None  # P17: the record to complete with the commit
         self.completed = False  # the commit completed it: this unit of work's execution is the one recorded
 
     def savepoint(self) -> str:
-        """P17: open a nested unit of work; it is sent with the next statement."""
+        """P17: open a nested unit of work; it begins with the next statement."""
         name = f"nested_{next(self.count)}"
         self.savepoints.append(name)
         self.unsent += 1
         return name
 
     def pending(self) -> list[str]:
-        """The SAVEPOINT statements to send before the next one, now counted as sent."""
-        statements = [f"SAVEPOINT {name}" for name in self.savepoints[len(self.savepoints) - self.unsent:]]
+        """The names of the savepoints to begin before the next statement, now counted as begun."""
+        names = self.savepoints[len(self.savepoints) - self.unsent:]
         self.unsent = 0
-        return statements
+        return names
 
     async def end_savepoint(self, name: str, failed: bool) -> None:
         """P17: close a nested unit of work: kept, or rolled back to where it began."""
         self.savepoints.remove(name)
-        if self.unsent:  # never sent: nothing ran inside it, nothing to undo
+        if self.unsent:  # never begun: nothing ran inside it, nothing to undo
             self.unsent -= 1
         elif failed and self.failure is None:
             await self.rollback_to(name)
@@ -155,18 +217,6 @@ class Transaction(ABC):
     async def rollback_to(self, name: str) -> None:
         """Undo what ran since savepoint `name`; the unit of work goes on."""
 
-    @abstractmethod
-    async def charge(self, amount: int) -> int:
-        """Add one charge to the ledger; return the new balance."""
-
-    @abstractmethod
-    async def ledger(self) -> dict[str, int]:
-        """The ledger: {"balance": ..., "charges": ...}."""
-
-    @abstractmethod
-    async def reset_ledger(self) -> None:
-        """Zero the ledger; the idempotency records are left alone."""
-
     def complete(self, key: str, fingerprint: bytes, outcome: str) -> None:
         """P17, P18: record the outcome (opening its window, P8) with the commit, if the key is
         still running for this request: the first completion wins. Else the commit becomes a
@@ -175,7 +225,8 @@ class Transaction(ABC):
 
     @abstractmethod
     async def commit(self) -> None:
-        """Make every statement of this unit of work durable, together, with its completion if any."""
+        """Make every statement of this unit of work durable, together, with its completion if any.
+        Called by UnitOfWork's exit only, once; so is `rollback`."""
 
     @abstractmethod
     async def rollback(self) -> None:
@@ -183,7 +234,7 @@ class Transaction(ABC):
 
 
 class Store(ABC):
-    """A place for records and ledger that every instance of the server shares (or not: memory)."""
+    """A place for records that every instance of the server shares (or not: memory)."""
 
     url: str
 
@@ -213,7 +264,9 @@ class Store(ABC):
 
 class UnitOfWork:
     """`async with store.transaction() as tx:` a savepoint in the transaction open in this task
-    if there is one, else a new transaction; committed (or kept) on success, rolled back on any error."""
+    if there is one, else a new transaction; committed (or kept) on success, rolled back on any error.
+
+    Its exit is the one place a transaction ends: nothing else commits or rolls one back (P17)."""
 
     def __init__(self, store: Store):
         self.store = store
@@ -227,7 +280,8 @@ class UnitOfWork:
         self.token = _open_transaction.set(self.tx)
         return self.tx
 
-    async def __aexit__(self, error_type, error, traceback) -> None:
+    async def __aexit__(self, error_type: type[BaseException] | None, error: BaseException | None,
+                        traceback: TracebackType | None) -> None:
         with anyio.CancelScope(shield=True):  # a cancelled caller must still release the store
             if self.outer is not None:
                 await self.outer.end_savepoint(self.savepoint, failed=error_type is not None)
@@ -245,8 +299,9 @@ class UnitOfWork:
 
 
 @asynccontextmanager
-async def open_store(url: str, limits: Limits):
+async def open_store(url: str, limits: Limits) -> AsyncIterator[Store]:
     """The store a URL names: memory, sqlite:PATH or postgresql://...; closed on exit."""
+    store: Store
     if url == "memory":
         from .memory import MemoryStore
 

@@ -2,9 +2,10 @@
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import Full, Held, Limits, Store, Transaction, Won, new_owner
+from . import Full, Held, Limits, Store, Transaction, Won, may_take, new_owner
 
 
 @dataclass
@@ -17,18 +18,18 @@ class Record:
 
 
 class MemoryStore(Store):
-    """Records and ledger in this process only."""
+    """Records, and the numbers tools keep by name (MemoryTransaction), in this process only."""
 
     url = "memory"
 
-    def __init__(self, limits: Limits, clock=time.monotonic):
+    def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic):
         super().__init__(limits)
         self.clock = clock
         self.records: dict[str, Record] = {}
         # Completed keys in the order they completed, which is the order they expire
         # in: a purge only ever looks at the front (P8).
         self.expiry_order: deque[str] = deque()
-        self.balance = self.charges = 0
+        self.values: dict[str, int] = {}  # what tools keep here, by name, as committed
 
     def purge(self) -> None:
         """P8, P9: drop the completed records whose window has passed; called only when the store is full."""
@@ -45,10 +46,8 @@ class MemoryStore(Store):
         # No `await` in here: on one event loop the look-up and the write are one step (P16).
         now = self.clock()
         record = self.records.get(key)
-        if record is not None and record.deadline > now:
+        if record is not None and not may_take(record.status, record.fingerprint, record.deadline <= now, fingerprint):
             return Held(record.fingerprint, record.outcome)  # replay, conflict or in progress
-        if record is not None and record.status == "running" and record.fingerprint != fingerprint:
-            return Held(record.fingerprint, None)  # P18: a passed lease is taken over by the same request only
         if record is None and len(self.records) >= self.limits.max_records:
             self.purge()
             if len(self.records) >= self.limits.max_records:
@@ -67,50 +66,47 @@ class MemoryStore(Store):
 
 
 class MemoryTransaction(Transaction):
-    """Ledger changes wait here until commit, so a fenced completion can drop them (P17, P18)."""
+    """A tool's changes wait here until commit, so a fenced completion can drop them (P17, P18).
+
+    No SQL: a tool keeps whole numbers by name, read with `value` and changed with
+    `add`. A change is staged as a delta, which commutes with every other unit of
+    work's: two that overlap on the one event loop both count when they commit. A
+    savepoint is a copy of what was staged when it began, put back to roll back to it.
+    """
 
     def __init__(self, store: MemoryStore):
         super().__init__()
         self.store = store
-        self.balance = self.charges = 0  # the changes not yet committed
-        self.marks: dict[str, tuple[int, int]] = {}  # savepoint -> the changes when it was sent
+        self.staged: dict[str, int] = {}  # name -> the change not yet committed
+        self.marks: dict[str, dict[str, int]] = {}  # savepoint -> what was staged when it began
 
-    def changes(self) -> None:
-        """The next statement: the savepoints asked for so far begin here."""
-        for statement in self.pending():
-            self.marks[statement.removeprefix("SAVEPOINT ")] = (self.balance, self.charges)
+    def value(self, name: str) -> int:
+        """The number `name` as this unit of work sees it: committed, plus its own changes (0 if never set)."""
+        return self.store.values.get(name, 0) + self.staged.get(name, 0)
+
+    def add(self, name: str, delta: int) -> int:
+        """Change the number `name` by `delta` with the commit; return its value as this unit of work sees it."""
+        for savepoint in self.pending():  # P17: the savepoints asked for so far begin here
+            self.marks[savepoint] = dict(self.staged)
+        self.staged[name] = self.staged.get(name, 0) + delta
+        return self.value(name)
 
     async def rollback_to(self, name: str) -> None:
-        self.balance, self.charges = self.marks.pop(name)
-
-    async def charge(self, amount: int) -> int:
-        self.changes()
-        self.balance += amount
-        self.charges += 1
-        return self.store.balance + self.balance
-
-    async def ledger(self) -> dict[str, int]:
-        self.changes()
-        return {"balance": self.store.balance + self.balance, "charges": self.store.charges + self.charges}
-
-    async def reset_ledger(self) -> None:
-        self.changes()
-        self.balance, self.charges = -self.store.balance, -self.store.charges
+        self.staged = self.marks.pop(name)
 
     async def commit(self) -> None:
+        staged, self.staged = self.staged, {}
         if self.completion is not None:
             key, fingerprint, outcome = self.completion
             record = self.store.records.get(key)
             if record is None or record.status != "running" or record.fingerprint != fingerprint:
-                await self.rollback()
-                return
+                return  # P18: fenced off, and with it every change staged here
             record.status, record.owner, record.outcome = "completed", None, outcome
             record.deadline = self.store.clock() + self.store.limits.retention  # P8: from the completion
             self.store.expiry_order.append(key)  # at the back: completion order is expiry order
             self.completed = True
-        self.store.balance += self.balance
-        self.store.charges += self.charges
-        self.balance = self.charges = 0
+        for name, delta in staged.items():
+            self.store.values[name] = self.store.values.get(name, 0) + delta
 
     async def rollback(self) -> None:
-        self.balance = self.charges = 0
+        self.staged = {}

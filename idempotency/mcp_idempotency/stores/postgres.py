@@ -1,7 +1,8 @@
 """postgresql: one server, several machines; its clock is the only clock (P19).
 
-The tables and the claim function are stores/postgres_v2.sql, created once on an
-empty database; a database holding another version is refused in one line.
+The tables and the claim function are stores/postgres_v3.sql, created once on an
+empty database; a database holding another version is refused in one line, which
+names `mcp-idempotency-store upgrade URL` for version 2 (see `upgrade`).
 
 Every wait is bounded (P23): a lock for `limits.wait` (then a claim answers in
 progress, a unit of work gives up), a statement for a lease, a session idle inside
@@ -19,15 +20,31 @@ named prepared statements off (pgbouncer before 1.21 loses them), so each statem
 takes two round trips instead of one. Tested behind pgbouncer 1.18 (tests/test_pooler.py).
 """
 
+from collections.abc import Awaitable, Callable
 from importlib.resources import files
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import asyncpg
 
-from . import Full, Held, Limits, Store, StoreUnavailable, Transaction, Won, new_owner
+from . import (
+    SCHEMA_VERSION,
+    Full,
+    Held,
+    Limits,
+    Store,
+    StoreUnavailable,
+    Transaction,
+    Won,
+    must_create,
+    must_upgrade,
+    new_owner,
+)
 
-SCHEMA_VERSION = 2
 SCHEMA = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}.sql").read_text()
+OTHERWISE = "use an empty database"  # for a version that cannot be upgraded in place
+
+T = TypeVar("T")  # what a statement run in a unit of work returns
 
 # Which version the database holds: 0 for none at all, 1 for the layout before the
 # version was recorded. Instances starting together take turns (a lock that ends
@@ -80,17 +97,33 @@ def session_settings(limits: Limits) -> dict[str, str]:
     }
 
 
-async def create_schema(db, url: str) -> None:
+async def found_version(db: Any) -> int:
+    """The schema version the database holds, once this transaction alone may create or upgrade it."""
+    await db.execute("SELECT pg_advisory_xact_lock(3182)")
+    versioned, records = await db.fetchrow(TABLES_FOUND)
+    return int(await db.fetchval("SELECT max(version) FROM idempotency_schema") if versioned else records)
+
+
+async def create_schema(db: Any, url: str) -> None:
     """Create the tables once, however many instances start together; refuse another version in one line."""
     async with db.transaction():
-        await db.execute("SELECT pg_advisory_xact_lock(3182)")
-        versioned, records = await db.fetchrow(TABLES_FOUND)
-        version = await db.fetchval("SELECT max(version) FROM idempotency_schema") if versioned else int(records)
-        if version == 0:
+        if must_create(url, await found_version(db), OTHERWISE):
             await db.execute(SCHEMA)
-        elif version != SCHEMA_VERSION:
-            raise RuntimeError(f"the database holds idempotency records of schema version {version}, and this "
-                               f"server reads version {SCHEMA_VERSION}: use an empty database")
+
+
+async def upgrade(url: str) -> bool:
+    """`mcp-idempotency-store upgrade postgresql://...`: version 2 becomes 3 in place (False: it was 3 already).
+    Its tables and claim function are version 3's already, the demo's ledger beside them: only the version moves."""
+    # One connection, no prepared statements kept: it works behind a transaction-mode pooler too.
+    db = await asyncpg.connect(behind_pooler(url)[0], statement_cache_size=0)
+    try:
+        async with db.transaction():
+            upgrading = must_upgrade(url, await found_version(db), OTHERWISE)
+            if upgrading:
+                await db.execute("UPDATE idempotency_schema SET version = $1", SCHEMA_VERSION)
+    finally:
+        await db.close()
+    return upgrading
 
 
 # What the URL adds to say that a transaction-mode pooler sits between (see the docstring).
@@ -105,7 +138,7 @@ def behind_pooler(url: str) -> tuple[str, bool]:
     return parts._replace(query=urlencode(kept)).geturl(), len(kept) < len(options)
 
 
-async def check_database_settings(db, limits: Limits) -> None:
+async def check_database_settings(db: Any, limits: Limits) -> None:
     """Behind a pooler, the session settings must be the database's own; else refuse, saying how to set them."""
     wanted = session_settings(limits)
     found = dict(await db.fetch("SELECT name, setting FROM pg_settings WHERE name = any($1::text[])", list(wanted)))
@@ -119,7 +152,7 @@ async def check_database_settings(db, limits: Limits) -> None:
 class PostgresStore(Store):
     """One PostgreSQL database, through asyncpg's connection pool."""
 
-    def __init__(self, url: str, limits: Limits, pool):
+    def __init__(self, url: str, limits: Limits, pool: Any):
         super().__init__(limits)
         self.url, self.pool = url, pool
 
@@ -127,7 +160,7 @@ class PostgresStore(Store):
     async def open(cls, url: str, limits: Limits) -> "PostgresStore":
         # Each connection is used for one transaction at a time and keeps no session
         # state, so the pool need not reset it on release: that is a round trip a use.
-        url, pooled = behind_pooler(url)
+        given, (url, pooled) = url, behind_pooler(url)
         session = {"statement_cache_size": 0} if pooled else {"server_settings": session_settings(limits)}
         pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=no_reset,
                                          command_timeout=limits.lease, **session)
@@ -135,7 +168,7 @@ class PostgresStore(Store):
             async with pool.acquire() as db:
                 if pooled:
                     await check_database_settings(db, limits)
-                await create_schema(db, url)
+                await create_schema(db, given)  # the URL as given: the refusal names the command to run on it
         except BaseException:
             await pool.close()
             raise
@@ -144,7 +177,7 @@ class PostgresStore(Store):
     async def close(self) -> None:
         await self.pool.close()
 
-    def connection(self):
+    def connection(self) -> Any:
         """A pooled connection, waited for `limits.wait` at most (P23)."""
         return self.pool.acquire(timeout=self.limits.wait)
 
@@ -178,7 +211,7 @@ class PostgresStore(Store):
         return PostgresTransaction(self)
 
 
-async def no_reset(_connection) -> None:
+async def no_reset(_connection: Any) -> None:
     """What a pooled connection needs on release: nothing (see PostgresStore.open)."""
 
 
@@ -188,19 +221,21 @@ class PostgresTransaction(Transaction):
     def __init__(self, store: PostgresStore):
         super().__init__()
         self.store = store
-        self.db = None
+        self.db: Any = None  # the pooled asyncpg connection, from the first statement to COMMIT or ROLLBACK
 
-    async def _run(self, statement):
-        """`await statement(db)` inside this unit of work, after BEGIN and any savepoint not yet sent (P23)."""
+    async def run(self, statement: Callable[[Any], Awaitable[T]]) -> T:
+        """`await statement(db)` on this unit of work's asyncpg connection, after BEGIN and any savepoint not
+        yet sent, and what it returns: how a tool runs its own statements here (P17), and this store its own (P23).
+        A tool's statement never ends the transaction (COMMIT, ROLLBACK): the unit of work's exit does."""
         if self.failure is not None:
             raise failed(self.failure) from self.failure
         try:
             if self.db is None:
                 self.db = await self.store.pool.acquire(timeout=self.store.limits.wait)
                 # One trip: BEGIN, at the level pinned here, and the savepoints asked for so far.
-                await self.db.execute("; ".join(["BEGIN ISOLATION LEVEL READ COMMITTED", *self.pending()]))
+                await self.db.execute("; ".join(["BEGIN ISOLATION LEVEL READ COMMITTED", *self.savepoints_begun()]))
             elif self.unsent:
-                await self.db.execute("; ".join(self.pending()))
+                await self.db.execute("; ".join(self.savepoints_begun()))
             return await statement(self.db)
         except TOOLS_OWN_ERRORS:
             raise
@@ -208,18 +243,12 @@ class PostgresTransaction(Transaction):
             self.failure = error
             raise failed(error) from error
 
+    def savepoints_begun(self) -> list[str]:
+        """The SAVEPOINT statements for the savepoints asked for so far (P17), to send with the next statement."""
+        return [f"SAVEPOINT {name}" for name in self.pending()]
+
     async def rollback_to(self, name: str) -> None:
-        await self._run(lambda db: db.execute(f"ROLLBACK TO SAVEPOINT {name}"))
-
-    async def charge(self, amount: int) -> int:
-        return await self._run(lambda db: db.fetchval(
-            "UPDATE ledger SET balance = balance + $1, charges = charges + 1 RETURNING balance", amount))
-
-    async def ledger(self) -> dict[str, int]:
-        return dict(await self._run(lambda db: db.fetchrow("SELECT balance, charges FROM ledger")))
-
-    async def reset_ledger(self) -> None:
-        await self._run(lambda db: db.execute("UPDATE ledger SET balance = 0, charges = 0"))
+        await self.run(lambda db: db.execute(f"ROLLBACK TO SAVEPOINT {name}"))
 
     async def _end(self, statement: str) -> None:
         """COMMIT or ROLLBACK, if this unit of work began; the connection goes back to the pool."""
@@ -240,8 +269,9 @@ class PostgresTransaction(Transaction):
             raise failed(self.failure) from self.failure
         if self.completion is not None:
             key, fingerprint, outcome = self.completion
-            self.completed = await self._run(lambda db: db.execute(
-                COMPLETE, key, fingerprint, outcome, self.store.limits.retention)) == "UPDATE 1"
+            status: str = await self.run(lambda db: db.execute(
+                COMPLETE, key, fingerprint, outcome, self.store.limits.retention))
+            self.completed = status == "UPDATE 1"
             if not self.completed:
                 await self._end("ROLLBACK")
                 return

@@ -1,16 +1,35 @@
 """sqlite: one file, shared by several processes on one machine; their clock is the machine's (P19)."""
 
 import fcntl
+import os
 import sqlite3
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
 
 import anyio
 import anyio.to_thread
 
-from . import LONGEST_WAIT, Full, Held, Limits, Store, StoreUnavailable, Transaction, Won, new_owner
+from . import (
+    LONGEST_WAIT,
+    SCHEMA_VERSION,
+    Full,
+    Held,
+    Limits,
+    Store,
+    StoreUnavailable,
+    Transaction,
+    Won,
+    may_take,
+    must_create,
+    must_upgrade,
+    new_owner,
+)
 
-SCHEMA_VERSION = 2  # PRAGMA user_version; 1 was the layout with NULL patterns across columns
-
+# The records and their count: schema version 3 (PRAGMA user_version). Version 2 held
+# the demo's ledger too; 1 was the layout with NULL patterns across columns (see
+# SCHEMA_VERSION in stores/__init__.py).
 SCHEMA = f"""
 CREATE TABLE idempotency_records (
     key          TEXT PRIMARY KEY,
@@ -29,24 +48,22 @@ CREATE TABLE idempotency_record_count (
     n   INTEGER NOT NULL
 );
 INSERT INTO idempotency_record_count VALUES (1, 0);
-CREATE TABLE ledger (
-    id       INTEGER PRIMARY KEY CHECK (id = 1),
-    balance  INTEGER NOT NULL,
-    charges  INTEGER NOT NULL
-);
-INSERT INTO ledger VALUES (1, 0, 0);
 PRAGMA user_version = {SCHEMA_VERSION};
 """
+
+# What to do with a file of a version that cannot be upgraded in place.
+OTHERWISE = "move the file aside or point --store elsewhere"
 
 # P4, P8, P18: the record that holds a key, read with no lock, and whether its
 # deadline has passed (an expired record is absent; a passed lease may be taken over).
 HOLDER = "SELECT fingerprint, status, outcome, deadline <= :now FROM idempotency_records WHERE key = :key"
 
 # P16: the claim is this one statement, under the write lock: a new key is
-# inserted; an existing row is taken only where its deadline passed and it is
-# completed (expired: the key is new again) or running for the same request (a
-# takeover, P18). It returns a row exactly when this call now holds the key, and
-# says whether the row is new (P9 counts it). It trusts no earlier read.
+# inserted; an existing row is taken only where `may_take` (stores/__init__.py)
+# says so, its WHERE clause being that rule in SQL: the deadline passed and the
+# record is completed (expired: the key is new again) or running for the same
+# request (a takeover, P18). It returns a row exactly when this call now holds the
+# key. It trusts no earlier read.
 CLAIM = """
 INSERT INTO idempotency_records (key, fingerprint, status, deadline, owner)
 VALUES (:key, :fingerprint, 'running', :now + :lease, :owner)
@@ -80,8 +97,10 @@ WHERE key = :key AND status = 'running' AND fingerprint = :fingerprint
 # every other error of the driver is the store failing (P23).
 TOOLS_OWN_ERRORS = (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.DataError)
 
+T = TypeVar("T")  # what a statement run in a unit of work returns
 
-def failed(error: sqlite3.Error) -> StoreUnavailable:
+
+def failed(error: Exception) -> StoreUnavailable:
     """P23: a store failure, named for the log."""
     return StoreUnavailable(f"SQLite: {error}")
 
@@ -99,9 +118,9 @@ def connect(path: str, wait_seconds: float, synchronous: str) -> sqlite3.Connect
     return db
 
 
-def create_schema(path: str) -> None:
-    """Create the file and its tables once, however many processes start at the same moment;
-    refuse, in one line, a file that holds another version's tables."""
+@contextmanager
+def schema_turn(path: str) -> Iterator[sqlite3.Connection]:
+    """The file, in WAL mode, while this process alone may create or upgrade its tables."""
     # Switching a new file to WAL fails with "database is locked" when several
     # processes try at once, even with a busy timeout: take turns on a lock file.
     with open(path + ".lock", "w") as lock:
@@ -109,15 +128,42 @@ def create_schema(path: str) -> None:
         db = connect(path, LONGEST_WAIT, "FULL")
         try:
             db.execute("PRAGMA journal_mode = WAL")
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            tables = db.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'idempotency_records'").fetchone()[0]
-            if version == 0 and not tables:
-                db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
-            elif version != SCHEMA_VERSION:
-                raise RuntimeError(f"{path} holds idempotency records of schema version {version or 1}, and this "
-                                   f"server reads version {SCHEMA_VERSION}: move the file aside or point --store elsewhere")
+            yield db
         finally:
             db.close()
+
+
+def found_version(db: sqlite3.Connection) -> int:
+    """The schema version the file holds: 0 for no tables at all, 1 for the layout before the version was recorded."""
+    version: int = db.execute("PRAGMA user_version").fetchone()[0]
+    tables: int = db.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'idempotency_records'").fetchone()[0]
+    return version or min(tables, 1)
+
+
+def create_schema(path: str) -> None:
+    """Create the file and its tables once, however many processes start at the same moment;
+    refuse, in one line, a file that holds another version's tables."""
+    with schema_turn(path) as db:
+        if must_create(f"sqlite:{path}", found_version(db), OTHERWISE):
+            db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
+
+
+def upgrade(path: str) -> bool:
+    """`mcp-idempotency-store upgrade sqlite:PATH`: version 2 becomes 3 in place (False: it was 3 already).
+    Its tables stay as they are, the records and the demo's ledger with them; only the version moves."""
+    if not os.path.exists(path):  # connecting would make an empty file there
+        raise FileNotFoundError(f"no such file: {path}")
+    with schema_turn(path) as db:
+        db.execute("BEGIN IMMEDIATE")  # no other writer while the version is read and moved
+        try:
+            upgrading = must_upgrade(f"sqlite:{path}", found_version(db), OTHERWISE)
+            if upgrading:
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        finally:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+    return upgrading
 
 
 class SQLiteStore(Store):
@@ -129,7 +175,7 @@ class SQLiteStore(Store):
     lock held by another process stalls a worker thread, never the event loop; and
     a writer waits for it `limits.wait` at most (P23)."""
 
-    def __init__(self, path: str, limits: Limits, clock=time.time):
+    def __init__(self, path: str, limits: Limits, clock: Callable[[], float] = time.time):
         super().__init__(limits)
         self.url = f"sqlite:{path}"
         self.clock = clock  # the machine's clock: every process on it reads the same one
@@ -170,15 +216,17 @@ class SQLiteStore(Store):
         """P4, P8, P9, P16, P18: a read; then, if the key may be taken, one write transaction."""
         now = self.clock()
         holder = db.execute(HOLDER, {"key": key, "now": now}).fetchone()
-        if holder is not None and not may_take(holder, fingerprint):
-            return Held(holder[0], holder[2])  # no write at all: a replay, a conflict, in progress
+        if holder is not None:
+            stored, status, outcome, passed = holder
+            if not may_take(status, stored, bool(passed), fingerprint):
+                return Held(stored, outcome)  # no write at all: a replay, a conflict, in progress
         return self.take(db, key, fingerprint, now)
 
     def take(self, db: sqlite3.Connection, key: str, fingerprint: bytes, now: float) -> Won | Held | Full:
         """P9, P16, P18: under the write lock, the key claimed, or the record that holds it now."""
         db.execute("BEGIN IMMEDIATE")  # no other writer from here to COMMIT: what is read now stays true
         try:
-            new = db.execute(IS_NEW, (key,)).fetchone()[0]
+            new: int = db.execute(IS_NEW, (key,)).fetchone()[0]
             if new and db.execute(COUNT).fetchone()[0] >= self.limits.max_records:
                 db.execute(COUNTED, (-db.execute(PURGE, (now,)).rowcount,))  # P9: only a full store purges
                 if db.execute(COUNT).fetchone()[0] >= self.limits.max_records:
@@ -200,7 +248,7 @@ class SQLiteStore(Store):
             raise
 
     async def release(self, key: str, owner: str) -> None:
-        def give_back(db) -> None:
+        def give_back(db: sqlite3.Connection) -> None:
             db.execute("BEGIN IMMEDIATE")
             try:
                 db.execute(COUNTED, (-db.execute(RELEASE, (key, owner)).rowcount,))
@@ -220,12 +268,6 @@ class SQLiteStore(Store):
         return SQLiteTransaction(self)
 
 
-def may_take(holder: tuple, fingerprint: bytes) -> bool:
-    """P8, P18: an expired record, or a running one past its lease for the same request, may be taken."""
-    stored, status, _, passed = holder
-    return bool(passed) and (status == "completed" or stored == fingerprint)
-
-
 class SQLiteTransaction(Transaction):
     """BEGIN IMMEDIATE at the first statement, not before; every statement inside it, or none (P23)."""
 
@@ -234,8 +276,10 @@ class SQLiteTransaction(Transaction):
         self.store = store
         self.open = False  # BEGIN succeeded: this process's turn is held until COMMIT or ROLLBACK
 
-    async def _run(self, statement):
-        """Run `statement(db)` in a worker thread, inside this unit of work's transaction.
+    async def run(self, statement: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `statement(db)` in a worker thread, inside this unit of work's transaction, and return
+        what it returns: how a tool runs its own statements here (P17), and how this store runs its own.
+        A tool's statement never ends the transaction (COMMIT, ROLLBACK): the unit of work's exit does.
 
         A statement never runs outside it: if BEGIN could not take the file (another
         process held it past the wait), or SQLite ended the transaction on an error
@@ -246,14 +290,14 @@ class SQLiteTransaction(Transaction):
             await self.store.turn.acquire()
         savepoints = self.pending()
 
-        def inside(db):
+        def inside(db: sqlite3.Connection) -> T:
             if not self.open:
                 db.execute("BEGIN IMMEDIATE")
                 self.open = True
             if not db.in_transaction:
                 raise sqlite3.OperationalError("the transaction was rolled back by SQLite")
             for savepoint in savepoints:
-                db.execute(savepoint)
+                db.execute(f"SAVEPOINT {savepoint}")
             return statement(db)
 
         try:
@@ -268,19 +312,7 @@ class SQLiteTransaction(Transaction):
                 self.store.turn.release()
 
     async def rollback_to(self, name: str) -> None:
-        await self._run(lambda db: db.execute(f"ROLLBACK TO {name}"))
-
-    async def charge(self, amount: int) -> int:
-        return await self._run(lambda db: db.execute(
-            "UPDATE ledger SET balance = balance + ?, charges = charges + 1 RETURNING balance",
-            (amount,)).fetchone()[0])
-
-    async def ledger(self) -> dict[str, int]:
-        balance, charges = await self._run(lambda db: db.execute("SELECT balance, charges FROM ledger").fetchone())
-        return {"balance": balance, "charges": charges}
-
-    async def reset_ledger(self) -> None:
-        await self._run(lambda db: db.execute("UPDATE ledger SET balance = 0, charges = 0"))
+        await self.run(lambda db: db.execute(f"ROLLBACK TO {name}"))
 
     async def commit(self) -> None:
         if self.failure is not None:  # P23: a unit of work that failed part way commits nothing
@@ -299,7 +331,7 @@ class SQLiteTransaction(Transaction):
             return completed
 
         try:
-            self.completed = await self._run(complete)
+            self.completed = await self.run(complete)
         finally:
             await self._end("ROLLBACK")  # only if the COMMIT failed
 

@@ -1,12 +1,15 @@
--- The PostgreSQL store, schema version 2 (sdk2/store/postgres.py runs this file once,
--- in one transaction, on an empty database, and refuses any other version in one line).
--- Version 1 was the layout with NULL patterns across columns and a claim function
--- that locked the count row before the key's row.
+-- The PostgreSQL store, schema version 3: the records, their count and the claim
+-- function, nothing else (mcp_idempotency/stores/postgres.py runs this file once, in
+-- one transaction, on an empty database, and refuses any other version in one line).
+-- Version 2 held the demo's ledger too, and is otherwise this layout: `mcp-idempotency-store
+-- upgrade URL` brings it here in place by recording version 3, the ledger's table left to
+-- the demo (mcp_idempotency/demo/ledger.py). Version 1 was the layout with NULL patterns
+-- across columns and a claim function that locked the count row before the key's row.
 
 CREATE TABLE idempotency_schema (
     version  integer NOT NULL
 );
-INSERT INTO idempotency_schema VALUES (2);
+INSERT INTO idempotency_schema VALUES (3);
 
 CREATE TABLE idempotency_records (
     key          text PRIMARY KEY,
@@ -27,13 +30,6 @@ CREATE TABLE idempotency_record_count (
 );
 INSERT INTO idempotency_record_count VALUES (1, 0);
 
-CREATE TABLE ledger (
-    id       integer PRIMARY KEY CHECK (id = 1),
-    balance  bigint NOT NULL,
-    charges  bigint NOT NULL
-);
-INSERT INTO ledger VALUES (1, 0, 0);
-
 -- P4, P8, P9, P16, P18 in one statement, so in one round trip and one transaction:
 -- the record that holds the key, answered with no write; or the key claimed by one
 -- atomic insert, or taken over once its deadline has passed. P19: every time here
@@ -41,7 +37,10 @@ INSERT INTO ledger VALUES (1, 0, 0);
 -- time the transaction began: a claim that waited is not born older than it is.
 -- The key's row is locked before the count row, and the count row only for as
 -- long as it takes to add one: a claim that waits on a key (its holder frozen
--- before COMMIT) holds up no other key.
+-- before COMMIT) holds up no other key. Whether a record past its deadline may be
+-- taken is `may_take` in mcp_idempotency/stores/__init__.py, written here twice in SQL
+-- (the read, and the insert's WHERE, which re-decides atomically); tests/test_store.py
+-- checks this function against it.
 CREATE FUNCTION idempotency_claim(claim_key text, claim_fingerprint bytea, claim_owner text,
                                   lease_seconds float8, max_records bigint)
 RETURNS TABLE (status text, fingerprint bytea, outcome text) LANGUAGE plpgsql AS $$

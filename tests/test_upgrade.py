@@ -1,0 +1,126 @@
+"""Upgrading a store in place: one made by the previous version (schema 2, the demo's ledger kept inside it)
+is refused at start in one line naming `mcp-idempotency-store upgrade URL`; that command brings it to
+version 3, every record and the ledger kept; the 2.x ledger server then replays its records and carries
+on from its ledger. On SQLite and PostgreSQL (the memory store keeps nothing across a restart).
+
+The version 2 store is made with the previous version's own schema text (tests/fixtures/), as it made
+it, and its rows are written with SQL: a completed record, as the layer keys and records one, and the
+ledger's row.
+"""
+
+import contextlib
+import json
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp_idempotency.rules import fingerprint
+from stores import execute, read_store
+from test_store import SCHEMA_1
+from wire import SDK2_SERVER, sdk2_python, start, text_of
+
+pytestmark = pytest.mark.targets("2x-http")
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+KEY = "order-1"
+STORE_KEY = json.dumps(["one tenant", KEY])  # K2: the one tenant's key, as the layer keys its record
+FINGERPRINT = fingerprint("charge_guarded", {"amount": 100})
+CHARGED = "Charged 100. New balance: 250"  # the second charge of the ledger below
+# P6, P20: recorded for a 2025 revision; the retry speaks 2026-07-28, so the replay is reshaped, not re-run.
+OUTCOME = json.dumps({"revision": "2025-06-18",
+                      "result": {"content": [{"type": "text", "text": CHARGED}], "isError": False}})
+LEDGER = {"balance": 250, "charges": 2}
+
+
+def made_by_version_2(url: str) -> None:
+    """A store as the previous version made it, holding one completed record and the ledger's two charges."""
+    if url.startswith("sqlite:"):
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:"), isolation_level=None)) as db:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.executescript(f"BEGIN IMMEDIATE; {(FIXTURES / 'sqlite_v2.sql').read_text()} COMMIT;")
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO idempotency_records (key, fingerprint, status, deadline, outcome) "
+                       "VALUES (?, ?, 'completed', ?, ?)", (STORE_KEY, FINGERPRINT, time.time() + 3600, OUTCOME))
+            db.execute("UPDATE idempotency_record_count SET n = 1")
+            db.execute("UPDATE ledger SET balance = ?, charges = ?", (LEDGER["balance"], LEDGER["charges"]))
+            db.execute("COMMIT")
+        return
+
+    import asyncpg
+
+    async def make() -> None:
+        db = await asyncpg.connect(url)
+        try:
+            async with db.transaction():
+                await db.execute((FIXTURES / "postgres_v2.sql").read_text())
+                await db.execute("INSERT INTO idempotency_records (key, fingerprint, status, deadline, outcome) "
+                                 "VALUES ($1, $2, 'completed', clock_timestamp() + interval '1 hour', $3)",
+                                 STORE_KEY, FINGERPRINT, OUTCOME)
+                await db.execute("UPDATE idempotency_record_count SET n = 1")
+                await db.execute("UPDATE ledger SET balance = $1, charges = $2", LEDGER["balance"], LEDGER["charges"])
+        finally:
+            await db.close()
+
+    anyio.run(make)
+
+
+def run(*command: str) -> subprocess.CompletedProcess:
+    """A command to its end; its exit status is the test's to judge."""
+    return subprocess.run(command, check=False, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+
+
+def upgrade_command() -> str:
+    """`mcp-idempotency-store`, the command the refusal names, as the package installs it."""
+    return str(Path(sdk2_python()).parent / "mcp-idempotency-store")
+
+
+def test_a_version_2_store_is_refused_until_upgraded_then_replays_its_records_and_keeps_its_ledger(store_url):
+    made_by_version_2(store_url)
+
+    refused = run(sdk2_python(), *SDK2_SERVER, "--store", store_url)
+    assert refused.returncode == 1 and refused.stdout == ""
+    [line] = refused.stderr.splitlines()
+    assert line.startswith(f"cannot open the store {store_url}: it holds schema version 2")
+    assert line.endswith(f"; upgrade it in place with: mcp-idempotency-store upgrade {store_url}")
+
+    upgraded = run(upgrade_command(), "upgrade", store_url)  # the command, exactly as the line names it
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert upgraded.stdout.startswith(f"upgraded {store_url} in place from schema version 2 to 3")
+    assert read_store(store_url) == (LEDGER, {STORE_KEY: OUTCOME}, 1)  # every row as it was
+
+    again = run(sdk2_python(), "-m", "mcp_idempotency.stores.command", "upgrade", store_url)
+    assert again.returncode == 0 and "holds schema version 3 already: nothing to do" in again.stdout, again.stderr
+
+    wire = start("2x-http", "--store", store_url)
+    try:
+        assert text_of(wire.charge(100, key=KEY)) == CHARGED  # P4.4: the record made before the upgrade
+        assert f"replayed: key={KEY!r}" in wire.log()
+        assert wire.ledger() == LEDGER  # the replay charged nothing, and the ledger survived
+        assert text_of(wire.charge(100, key="order-2")) == "Charged 100. New balance: 350"
+        assert wire.ledger() == {"balance": 350, "charges": 3}
+    finally:
+        wire.close()
+
+
+def test_the_upgrade_refuses_a_version_1_store_in_one_line_and_the_server_still_refuses_it(store_url):
+    execute(store_url, SCHEMA_1)
+
+    refused = run(upgrade_command(), "upgrade", store_url)
+    assert refused.returncode == 1 and refused.stdout == ""
+    [line] = refused.stderr.splitlines()
+    assert line.startswith(f"cannot upgrade the store {store_url}: it holds schema version 1")
+    refused_again = run(sdk2_python(), *SDK2_SERVER, "--store", store_url)  # still version 1: still refused
+    assert "schema version 1" in refused_again.stderr and refused_again.returncode == 1
+
+
+def test_the_upgrade_of_a_sqlite_file_that_is_not_there_says_so_and_makes_none(tmp_path):
+    path = tmp_path / "store.db"
+
+    refused = run(upgrade_command(), "upgrade", f"sqlite:{path}")
+    assert refused.returncode == 1
+    [line] = refused.stderr.splitlines()
+    assert line == f"cannot upgrade the store sqlite:{path}: FileNotFoundError: no such file: {path}"
+    assert not path.exists()
