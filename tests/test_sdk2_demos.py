@@ -41,11 +41,7 @@ NO_CAPABILITY = """
 
 def play(demo: str, *options: str, server: str | None = None) -> subprocess.CompletedProcess:
     """Run a 2.x demo module with the 2.x interpreter, against the ledger server or a stand-in script."""
-    command = [sdk2_python(), "-m", demo, *options]
-    if server is not None:
-        command = [sdk2_python(), "-c", f"import sys; sys.argv[0] = {demo!r}; "
-                   f"from mcp_idempotency.demo import ledger_demo; ledger_demo.SERVER = [{server!r}]; "
-                   f"import {demo}; {demo}.main()", *options]
+    command = [sdk2_python(), "-m", demo, *options, *(["--server", server] if server else [])]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
 
 
