@@ -12,14 +12,21 @@ pytestmark = pytest.mark.targets("1x-stdio")
 
 DEMO = ROOT / "client_demo.py"
 
-# Stand-ins for server.py that break one SEP rule each, to show the demo's PASS is earned.
+# Stand-ins for server.py that break one SEP rule each, to show the demo's PASS is earned. Each
+# loads server.py by its path: the SDK starts a server with a bare environment, so no PYTHONPATH
+# would reach it.
+STAND_IN = """
+import importlib.util
+spec = importlib.util.spec_from_file_location("server", {path!r})
+server = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(server)
+"""
 NO_DEDUPLICATION = """
-import mcp.types as types, server
+import mcp.types as types
 server.server.request_handlers[types.CallToolRequest] = server.call_tool  # FastMCP's own handler, unguarded
 server.main()
 """
 NO_CAPABILITY = """
-import server
 server.initialization_options = server.server.create_initialization_options  # tools.idempotency left out
 server.main()
 """
@@ -36,9 +43,9 @@ def play(*options: str, server: str | None = None) -> subprocess.CompletedProces
 
 
 def stand_in(tmp_path, source: str) -> str:
-    """Write a stand-in server script beside nothing else; it imports server.py from the repo."""
+    """Write a stand-in server script beside nothing else; it loads server.py from the repo."""
     path = tmp_path / "stand_in.py"
-    path.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + source)
+    path.write_text(STAND_IN.format(path=str(ROOT / "server.py")) + source)
     return str(path)
 
 
