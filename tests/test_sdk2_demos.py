@@ -28,6 +28,15 @@ NO_DEDUPLICATION = """
     async def tools_call(self, ctx, call_next):  # the capability is still advertised, the key ignored
         return await call_next(ctx)
 """
+DEDUPLICATION_WITHOUT_A_KEY = """
+    answered = {}
+    async def tools_call(self, ctx, call_next):  # charge_unguarded answered once per amount, though no key came
+        if ctx.params["name"] != "charge_unguarded":
+            return await super().tools_call(ctx, call_next)
+        if repr(ctx.params.get("arguments")) not in self.answered:
+            self.answered[repr(ctx.params.get("arguments"))] = await call_next(ctx)
+        return self.answered[repr(ctx.params.get("arguments"))]
+"""
 UNSCOPED_AND_UNCHECKED = """
     def store_key(self, key):  # K2 broken: the bare key, whoever sends it
         return key
@@ -67,7 +76,8 @@ def test_client_demo_plays_four_scenarios_over_stdio_and_http_and_each_passes(cl
     assert client_demo_run.returncode == 0, client_demo_run.stdout + client_demo_run.stderr
     assert verdicts(client_demo_run.stdout) == ["PASS"] * 8
     assert "=== over stdio" in client_demo_run.stdout and "=== over http" in client_demo_run.stdout
-    assert "6 of 6 scenarios with SEP-3182 behaved as it requires, over stdio and http." in client_demo_run.stdout
+    assert ("8 scenarios over stdio and http: without a key the retry charged twice, as it must; "
+            "with SEP-3182, 6 of 6 behaved as it requires.") in client_demo_run.stdout
 
 
 def test_client_demo_finds_the_capability_through_server_discover(client_demo_run):
@@ -99,6 +109,14 @@ def test_client_demo_fails_against_a_server_that_does_not_deduplicate(tmp_path):
     assert run.returncode == 1
     # Scenario 1 needs no deduplication; the other three do, and their checks catch its absence.
     assert verdicts(run.stdout) == ["PASS", "FAIL", "FAIL", "FAIL"]
+
+
+def test_client_demo_scenario_1_fails_against_a_server_that_deduplicates_calls_without_a_key(tmp_path):
+    """Scenario 1's PASS says the double charge happened: a server that spares it makes the verdict FAIL."""
+    run = play(CLIENT_DEMO, "--transport", "stdio", server=stand_in(tmp_path, DEDUPLICATION_WITHOUT_A_KEY))
+    assert run.returncode == 1
+    assert verdicts(run.stdout) == ["FAIL", "PASS", "PASS", "PASS"], run.stdout + run.stderr
+    assert "without a key the retry did NOT charge twice; with SEP-3182, 3 of 3 behaved" in run.stdout
 
 
 def test_client_demo_refuses_to_rely_on_keys_without_the_capability(tmp_path):
