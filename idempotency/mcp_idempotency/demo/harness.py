@@ -33,6 +33,7 @@ LEDGER_SERVER = ["-m", "mcp_idempotency.demo.ledger_server"]
 LOG_POLL = 0.01  # seconds between looks at the server's log, so its lines show as they happen
 HELPERS = {"get_balance", "reset_ledger"}  # the demo's own calls: narrated in a line of their own
 RESPONSE_TIMEOUT = 0.5  # seconds; the server answers in milliseconds, so only a lost or slow response times out
+HELPER_TIMEOUT = 10  # seconds for the demo's own calls: no part of a scenario, so a busy machine must not fail one
 TIMED_OUT = types.REQUEST_TIMEOUT  # how the 2.x client reports that it stopped waiting (it also cancels, on stdio)
 HTTP_START_TIMEOUT = 20  # seconds a server may take to listen
 FIRST_BACK_OFF = 0.2  # seconds before retrying an in-progress key; doubled each time
@@ -242,8 +243,11 @@ def new_key() -> str:
 
 
 async def call_tool(client: Client, name: str, arguments: dict, key: str | None = None,
-                    timeout: float = RESPONSE_TIMEOUT) -> types.CallToolResult:
-    """A tools/call with the key, if any, beside `arguments` (W1); at most `timeout` seconds' wait."""
+                    timeout: float | None = None) -> types.CallToolResult:
+    """A tools/call with the key, if any, beside `arguments` (W1); at most `timeout` seconds' wait,
+    by default RESPONSE_TIMEOUT, or HELPER_TIMEOUT for the demo's own calls."""
+    if timeout is None:
+        timeout = HELPER_TIMEOUT if name in HELPERS else RESPONSE_TIMEOUT
     # Client.call_tool has no room for a key, and the 2.x params model would drop
     # it: KeyedCallParams declares it, so it goes on the wire as idempotencyKey.
     request = KeyedCall(params=KeyedCallParams(name=name, arguments=arguments, idempotency_key=key))
