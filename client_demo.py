@@ -5,9 +5,10 @@
                                     than the client's timeout, no key, a key past its window
     python3 client_demo.py --wire   also print every JSON-RPC frame, in both directions
 
-The demo spawns server.py with the interpreter that runs it, so a virtual
-environment is honoured. A lost response is really lost: a link between the
-SDK's client session and its stdio transport drops it after the server sent it.
+The demo spawns server.py with the interpreter that runs it, so a virtual environment is honoured.
+A lost response is really lost: a link between the SDK's client session and its stdio transport
+drops it after the server sent it. The demo keeps its own link and retry loop, though the mcp 2.x
+demos share theirs (mcp_idempotency/demo/harness.py): it is the reference, and must read alone.
 """
 
 import argparse
