@@ -35,8 +35,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from .cluster_demo import hold_open
-from .harness import (Link, ServerLog, call_tool, free_port, linked, listening, new_key, say, server_option, short,
-                      start_http_server, text, verdict)
+from .harness import (Link, ServerLog, call_tool, free_port, linked, listening, new_key, say, send_charge,
+                      server_option, start_http_server, text, verdict)
 
 ISSUER = ["-m", "mcp_idempotency.demo.issuer"]
 RESOURCE = "https://ledger.example/mcp"  # the deployment, as its clients know it: every instance's `aud`
@@ -117,17 +117,8 @@ class Deployment:
 
 
 async def charge(caller: Caller, amount: int, key: str, lose_response: bool = False):
-    """charge_guarded(amount) with `key`; the result, or the error it was refused with."""
-    say(caller.who, f"sends charge_guarded(amount={amount}), key {short(key)}, to {caller.instance}")
-    if lose_response:
-        caller.link.lose_next_response()
-    try:
-        result = await call_tool(caller.client, "charge_guarded", {"amount": amount}, key)
-    except MCPError as error:
-        say(caller.who, f"← {caller.instance}: error {error.code}: {error.message}")
-        return error
-    say(caller.who, f"← {caller.instance}: {text(result)}")
-    return result
+    """charge_guarded(amount) with `key`, sent by `caller` to its instance; the result, or the MCPError."""
+    return await send_charge(caller.client, caller.link, amount, key, caller.who, caller.instance, lose_response)
 
 
 async def ledger(reader: Caller) -> dict:

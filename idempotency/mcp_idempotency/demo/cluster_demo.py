@@ -29,8 +29,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from ..rules import CONFLICT, IN_PROGRESS
-from .harness import (TIMED_OUT, GaveUp, Link, ServerLog, call_tool, call_until_answered, linked, listening, new_key,
-                      rejection_type, say, server_option, short, start_http_server, text, verdict)
+from .harness import (RESPONSE_TIMEOUT, GaveUp, Link, ServerLog, call_tool, call_until_answered, linked, listening,
+                      new_key, rejection_type, say, send_charge, server_option, short, start_http_server, text,
+                      verdict)
 
 SLOW_CHARGE = "1"  # seconds a charge takes in scenario 4: long enough to retry meanwhile
 SHORT_LEASE = "2"  # seconds in scenario 6: how long a dead instance's claim holds the key
@@ -116,21 +117,10 @@ async def paid(*instances: Instance) -> dict:
     return total
 
 
-async def charge(instance: Instance, amount: int, key: str, lose_response: bool = False, timeout=0.5):
-    """charge_guarded(amount) with `key` through `instance`; the result, or the MCPError it was refused with."""
-    say("lb", f"sends charge_guarded(amount={amount}), key {short(key)}, to {instance.name}")
-    if lose_response:
-        instance.link.lose_next_response()
-    try:
-        result = await call_tool(instance.client, "charge_guarded", {"amount": amount}, key, timeout=timeout)
-    except MCPError as error:
-        if error.code == TIMED_OUT:
-            say("lb", f"no answer from {instance.name} within {timeout}s")
-        else:
-            say("lb", f"← {instance.name}: error {error.code} (data.type {rejection_type(error)})")
-        return error
-    say("lb", f"← {instance.name}: {text(result)}")
-    return result
+async def charge(instance: Instance, amount: int, key: str, lose_response: bool = False,
+                 timeout: float = RESPONSE_TIMEOUT):
+    """charge_guarded(amount) with `key`, sent by the load balancer to `instance`; the result, or the MCPError."""
+    return await send_charge(instance.client, instance.link, amount, key, "lb", instance.name, lose_response, timeout)
 
 
 # ----------------------------------------------------------------------------

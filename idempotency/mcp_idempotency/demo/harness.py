@@ -264,6 +264,25 @@ def text(result: types.CallToolResult) -> str:
     return result.content[0].text
 
 
+async def send_charge(client: Client, link: Link, amount: int, key: str, who: str, to: str,
+                      lose_response: bool = False, timeout: float = RESPONSE_TIMEOUT):
+    """charge_guarded(amount) with `key`, narrated as `who` sending it to `to`; the result, or the MCPError
+    it was refused with. `lose_response`: the link loses the answer, after the server sent it."""
+    say(who, f"sends charge_guarded(amount={amount}), key {short(key)}, to {to}")
+    if lose_response:
+        link.lose_next_response()
+    try:
+        result = await call_tool(client, "charge_guarded", {"amount": amount}, key, timeout)
+    except MCPError as error:
+        if error.code == TIMED_OUT:
+            say(who, f"no answer from {to} within {timeout}s")
+        else:
+            say(who, f"← {to}: error {error.code}: {error.message} (data.type {rejection_type(error)})")
+        return error
+    say(who, f"← {to}: {text(result)}")
+    return result
+
+
 class GaveUp(Exception):
     """A bounded retry loop ran out of attempts."""
 
