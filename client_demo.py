@@ -5,9 +5,10 @@
                                     than the client's timeout, no key, a key past its window
     python3 client_demo.py --wire   also print every JSON-RPC frame, in both directions
 
-The demo spawns server.py with the interpreter that runs it, so a virtual
-environment is honoured. A lost response is really lost: a link between the
-SDK's client session and its stdio transport drops it after the server sent it.
+The demo spawns server.py with the interpreter that runs it, so a virtual environment is honoured.
+A lost response is really lost: a link between the SDK's client session and its stdio transport
+drops it after the server sent it. The demo keeps its own link and retry loop, though the mcp 2.x
+demos share theirs (mcp_idempotency/demo/harness.py): it is the reference, and must read alone.
 """
 
 import argparse
@@ -338,7 +339,7 @@ async def no_key_double_charges(demo: Demo) -> bool:
     await charge_with_lost_response(demo, "charge_unguarded", 100, None)
     truth = await ledger(demo)
     return verdict(truth == {"balance": 200, "charges": 2},
-                   "the failure is real: one intended charge of 100 was applied twice")
+                   "the double charge happened, as it must without a key: one intended charge of 100, applied twice")
 
 
 async def key_deduplicates(demo: Demo, key: str) -> bool:
@@ -475,8 +476,9 @@ async def play(show_all: bool, show_every_frame: bool) -> bool:
     except NotAdvertised:
         say("client", "the server does not advertise idempotency: refusing to rely on keys")
         return False
-    print(f"The failure without a key is {'real' if failure_shown else 'NOT shown'}, and {sum(required)} of "
-          f"{len(required)} scenarios with SEP-3182 behaved as it requires.")
+    print(f"{1 + len(required)} scenarios: without a key the retry "
+          f"{'charged twice, as it must' if failure_shown else 'did NOT charge twice'}; with SEP-3182, "
+          f"{sum(required)} of {len(required)} behaved as it requires.")
     return failure_shown and all(required)
 
 

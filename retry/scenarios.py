@@ -11,8 +11,9 @@ a key in `arguments`, the `idempotentHint` annotation, a key in `_meta`. Every
 verdict is read from ground truth (the ledger's `get_balance`, the mail server's
 `outbox`), never from what a tool answered. Exit 0 only if every verdict holds.
 
-Faults are real: a link between the SDK's client session and its transport loses a
-response after the server sent it, and a server process is killed by its pid.
+Faults are real: the demos' link (mcp_idempotency/demo/harness.py), between the SDK's
+client session and its transport, loses a response after the server sent it, and a
+server process is killed by its pid.
 """
 
 import json
@@ -22,7 +23,7 @@ import signal
 import sys
 import tempfile
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -30,58 +31,19 @@ import mcp_types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 
-from mcp_idempotency.demo.harness import ServerLog, say, verdict
-from mcp_idempotency.demo.ledger_demo import linked  # puts a link between the SDK's session and transport
-
-HERE = Path(__file__).resolve().parent
-
+from mcp_idempotency.demo.harness import LEDGER_SERVER, Link, ServerLog, linked, say, verdict
 from policy import TIMED_OUT, GaveUp, KeyRefused, Policy, call_tool, new_key
 
-LEDGER = ["-m", "mcp_idempotency.demo.ledger_server"]  # unchanged: the tool it serves is a charge
-MAIL = [str(HERE / "mail_server.py")]  # an outbox, and the alternatives
+MAIL = [str(Path(__file__).resolve().with_name("mail_server.py"))]  # an outbox, and the alternatives
 TIMEOUT = 0.5  # seconds the client waits for each attempt; the servers answer in milliseconds
 QUICK = Policy(timeout=TIMEOUT, attempts=8, first_back_off=0.2, max_back_off=1.0)  # a demo's seconds, not a day's
 SLOW_CHARGE = "1.2"  # seconds a charge takes when one must outlast the client's timeout
 
 
 # ----------------------------------------------------------------------------
-# The link, the servers, and what the policy says it did
+# The servers, and what the policy says it did
 # ----------------------------------------------------------------------------
-
-
-@dataclass
-class Link:
-    """Between the SDK's session and its transport (the ledger demo's `linked` pumps it): can lose one
-    response after the server sent it, and notices when the server's side closes."""
-
-    server_log: ServerLog  # the server's decisions, printed before the answer they led to
-    lose_next: bool = False  # lose the response to the next tools/call
-    losing: set = field(default_factory=set)  # ids of requests whose response is to be lost
-    closed: bool = False  # the server's side of the transport has ended
-
-    async def outbound(self, from_session, to_server) -> None:
-        """Session to server: note the tools/call whose response is to be lost."""
-        async with from_session, to_server:
-            async for message in from_session:
-                request = message.message
-                if self.lose_next and isinstance(request, mcp_types.JSONRPCRequest) and request.method == "tools/call":
-                    self.losing.add(request.id)
-                    self.lose_next = False
-                await to_server.send(message)
-
-    async def inbound(self, from_server, to_session) -> None:
-        """Server to session: drop the response that is to be lost; note when the server's side ends."""
-        async with from_server, to_session:
-            async for message in from_server:
-                self.server_log.show()
-                if isinstance(message, SessionMessage) and getattr(message.message, "id", None) in self.losing:
-                    self.losing.discard(message.message.id)
-                    say("link", f"✂ the response to request {message.message.id} is lost on its way back")
-                    continue
-                await to_session.send(message)
-        self.closed = True
 
 
 @dataclass
@@ -198,7 +160,7 @@ async def slow_charge(folder: Path) -> bool:
     """A charge slower than the client's timeout: timed out, told in progress, backed off, replayed."""
     print(f"1. The ledger (the ledger server): charge_guarded takes {SLOW_CHARGE}s, the client waits {TIMEOUT}s")
     policy_log.lines.clear()
-    server = new_server(LEDGER, ["--store", f"sqlite:{folder}/ledger.db", "--charge-delay", SLOW_CHARGE], folder,
+    server = new_server(LEDGER_SERVER, ["--store", f"sqlite:{folder}/ledger.db", "--charge-delay", SLOW_CHARGE], folder,
                         "slow")
     async with connected(server) as (client, _):
         await answered(client.session, "charge_guarded", {"amount": 100})
@@ -224,8 +186,8 @@ async def killed_mid_charge(folder: Path) -> bool:
     """A lost connection: the server is killed mid-charge, a new one starts on the same store."""
     print("3. A lost connection: the ledger server is killed mid-charge; a new one starts on the same store")
     policy_log.lines.clear()
-    server = new_server(LEDGER, ["--store", f"sqlite:{folder}/restart.db", "--charge-delay", "1.0", "--lease", "1.5"],
-                        folder, "restart")
+    server = new_server(LEDGER_SERVER, ["--store", f"sqlite:{folder}/restart.db", "--charge-delay", "1.0",
+                                        "--lease", "1.5"], folder, "restart")
 
     async def kill_once_claimed():
         """SIGKILL the server as soon as it has claimed the key, while it charges."""
@@ -256,8 +218,8 @@ async def killed_mid_charge(folder: Path) -> bool:
 async def final_answers_then_full_store(folder: Path) -> bool:
     """A conflict and an invalid key: final, one attempt each. Then store full: back off until there is room."""
     print("4. Two final answers, then a store with room for one record: a new key waits for room")
-    server = new_server(LEDGER, ["--store", f"sqlite:{folder}/full.db", "--max-records", "1", "--retention", "1.5"],
-                        folder, "full")
+    server = new_server(LEDGER_SERVER, ["--store", f"sqlite:{folder}/full.db", "--max-records", "1",
+                                        "--retention", "1.5"], folder, "full")
     async with connected(server) as (client, _):
         first = new_key()
         await answered(client.session, "charge_guarded", {"amount": 100}, key=first)
@@ -283,7 +245,7 @@ async def final_answers_then_full_store(folder: Path) -> bool:
 async def send_and_retry_once(client: Client, link: Link, params: mcp_types.CallToolRequestParams) -> str:
     """What a client does without SEP-3182: lose the answer, time out, send the very same request again."""
     request = mcp_types.CallToolRequest(params=params)
-    link.lose_next = True
+    link.lose_next_response()
     try:
         await client.session.send_request(request, mcp_types.CallToolResult, request_read_timeout_seconds=TIMEOUT)
     except MCPError as error:

@@ -12,14 +12,33 @@ pytestmark = pytest.mark.targets("1x-stdio")
 
 DEMO = ROOT / "client_demo.py"
 
-# Stand-ins for server.py that break one SEP rule each, to show the demo's PASS is earned.
+# Stand-ins for server.py that break one SEP rule each, to show the demo's PASS is earned. Each
+# loads server.py by its path: the SDK starts a server with a bare environment, so no PYTHONPATH
+# would reach it.
+STAND_IN = """
+import importlib.util
+spec = importlib.util.spec_from_file_location("server", {path!r})
+server = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(server)
+"""
 NO_DEDUPLICATION = """
-import mcp.types as types, server
+import mcp.types as types
 server.server.request_handlers[types.CallToolRequest] = server.call_tool  # FastMCP's own handler, unguarded
 server.main()
 """
+DEDUPLICATION_WITHOUT_A_KEY = """
+import mcp.types as types
+answered = {}
+async def by_arguments(request):  # charge_unguarded answered once per amount, though no key was sent
+    if request.params.name != "charge_unguarded":
+        return await server.idempotent_call_tool(request)
+    if repr(request.params.arguments) not in answered:
+        answered[repr(request.params.arguments)] = await server.idempotent_call_tool(request)
+    return answered[repr(request.params.arguments)]
+server.server.request_handlers[types.CallToolRequest] = by_arguments
+server.main()
+"""
 NO_CAPABILITY = """
-import server
 server.initialization_options = server.server.create_initialization_options  # tools.idempotency left out
 server.main()
 """
@@ -36,9 +55,9 @@ def play(*options: str, server: str | None = None) -> subprocess.CompletedProces
 
 
 def stand_in(tmp_path, source: str) -> str:
-    """Write a stand-in server script beside nothing else; it imports server.py from the repo."""
+    """Write a stand-in server script beside nothing else; it loads server.py from the repo."""
     path = tmp_path / "stand_in.py"
-    path.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + source)
+    path.write_text(STAND_IN.format(path=str(ROOT / "server.py")) + source)
     return str(path)
 
 
@@ -58,8 +77,8 @@ def test_default_run_plays_the_three_scenarios_and_each_passes():
     assert run.returncode == 0, run.stdout + run.stderr
     assert verdicts(run.stdout) == ["PASS"] * 3
     # The baseline without a key is a failure shown, not a SEP requirement met: the tally says so.
-    assert "The failure without a key is real, and 2 of 2 scenarios with SEP-3182 behaved as it requires." \
-        in run.stdout
+    assert ("3 scenarios: without a key the retry charged twice, as it must; with SEP-3182, 2 of 2 behaved as it "
+            "requires.") in run.stdout
 
 
 def test_all_adds_four_scenarios_and_each_passes():
@@ -69,7 +88,7 @@ def test_all_adds_four_scenarios_and_each_passes():
     for heading in ("4. A duplicate while the original is still running", "5. A tool slower than the client's timeout",
                     "6. No key to charge_guarded", "7. A key reused after its retention window"):
         assert heading in run.stdout
-    assert "6 of 6 scenarios with SEP-3182" in run.stdout
+    assert "7 scenarios: without a key the retry charged twice, as it must; with SEP-3182, 6 of 6" in run.stdout
 
 
 def test_walkthrough_prints_the_duplicate_after_the_original_claimed_the_key():
@@ -111,7 +130,15 @@ def test_demo_fails_against_a_server_that_does_not_deduplicate(tmp_path):
     assert run.returncode == 1
     # Scenario 1 needs no deduplication; 2 and 3 do, and their checks catch its absence.
     assert verdicts(run.stdout) == ["PASS", "FAIL", "FAIL"]
-    assert "0 of 2 scenarios with SEP-3182 behaved as it requires." in run.stdout
+    assert "with SEP-3182, 0 of 2 behaved as it requires." in run.stdout
+
+
+def test_scenario_1_fails_against_a_server_that_deduplicates_calls_without_a_key(tmp_path):
+    """Scenario 1's PASS says the double charge happened: a server that spares it makes the verdict FAIL."""
+    run = play(server=stand_in(tmp_path, DEDUPLICATION_WITHOUT_A_KEY))
+    assert run.returncode == 1
+    assert verdicts(run.stdout) == ["FAIL", "PASS", "PASS"]
+    assert "without a key the retry did NOT charge twice" in run.stdout
 
 
 def test_demo_refuses_to_rely_on_keys_when_the_capability_is_absent(tmp_path):

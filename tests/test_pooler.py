@@ -20,7 +20,7 @@ import tempfile
 
 import pytest
 
-from conftest import POSTGRES, postgres_database
+from conftest import NO_POSTGRES, POSTGRES, postgres_database
 from stores import decisions
 from test_several_instances import check_each_key_charged_once, each_key_sent_to_two_instances_at_once, instances
 from wire import ROOT, SDK2_SERVER, sdk2_python
@@ -30,6 +30,7 @@ pytestmark = pytest.mark.targets("2x-http")
 PGBOUNCER = ROOT / "tests" / "pgbouncer.sh"
 KEYS = 60  # each sent to both instances at once: 120 requests over two server connections
 STARTUP_TIMEOUT = 60  # seconds for a server that should refuse to start
+NEEDS_PGBOUNCER = "these tests also need pgbouncer (apt-get install pgbouncer), which tests/pgbouncer.sh starts"
 
 
 def free_port() -> int:
@@ -42,9 +43,9 @@ def free_port() -> int:
 def pooler():
     """pgbouncer in transaction mode in front of SEP3182_POSTGRES; a function from a direct database URL to the pooled one."""
     if not POSTGRES:
-        pytest.skip("no PostgreSQL server: see tests/postgres.sh")
+        pytest.skip(f"{NO_POSTGRES}; {NEEDS_PGBOUNCER}")
     if not shutil.which("pgbouncer", path=os.environ["PATH"] + ":/usr/sbin"):
-        pytest.skip("no pgbouncer: apt-get install pgbouncer")
+        pytest.skip(f"no pgbouncer: {NEEDS_PGBOUNCER} in front of SEP3182_POSTGRES")
     folder = tempfile.mkdtemp(prefix="pgbouncer-")
     pooled = subprocess.run([PGBOUNCER, "start", folder, str(free_port()), POSTGRES],
                             check=True, capture_output=True, text=True).stdout.strip()

@@ -1,10 +1,11 @@
 """retry/: one client retry policy on two unrelated tools, and the alternatives to a key in params, failing.
 
-retry/scenarios.py runs in the mcp 2.x environment against sdk2/server.py and
+retry/scenarios.py runs in the mcp 2.x environment against the package's ledger server and
 retry/mail_server.py over stdio; every verdict is read from the ledger or the outbox.
 A stand-in policy that mints a new key for each attempt shows those verdicts can fail.
 """
 
+import os
 import subprocess
 
 import pytest
@@ -16,9 +17,9 @@ pytestmark = [pytest.mark.targets("2x-stdio"), pytest.mark.slow]  # about 25 s a
 SCENARIOS = ROOT / "retry" / "scenarios.py"
 
 # The policy with one change: every attempt carries a key of its own, as a client that
-# mints its key inside the retry loop does. Each retry is then a new request.
+# mints its key inside the retry loop does. Each retry is then a new request. It imports
+# policy and scenarios from retry/, which PYTHONPATH names.
 NEW_KEY_PER_ATTEMPT = """
-import sys; sys.path.insert(0, {folder!r}); sys.argv[0] = {script!r}
 import policy
 send_once = policy.attempt
 async def attempt(connection, request, timeout):
@@ -30,9 +31,10 @@ scenarios.main()
 """
 
 
-def play(*command: str) -> subprocess.CompletedProcess:
-    """Run retry/scenarios.py (or a stand-in) with the mcp 2.x interpreter."""
-    return subprocess.run([sdk2_python(), *command], cwd=ROOT, capture_output=True, text=True, timeout=240)
+def play(*command: str, **env: str) -> subprocess.CompletedProcess:
+    """Run retry/scenarios.py (or a stand-in) with the mcp 2.x interpreter, `env` added to the environment."""
+    return subprocess.run([sdk2_python(), *command], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **env})
 
 
 def verdicts(output: str) -> list[str]:
@@ -48,8 +50,7 @@ def test_every_scenario_holds_its_verdict_and_the_run_exits_0():
 
 
 def test_a_policy_that_mints_a_key_per_attempt_charges_and_sends_twice():
-    stand_in = NEW_KEY_PER_ATTEMPT.format(folder=str(SCENARIOS.parent), script=str(SCENARIOS))
-    run = play("-c", stand_in)
+    run = play("-c", NEW_KEY_PER_ATTEMPT, PYTHONPATH=str(SCENARIOS.parent))
     assert run.returncode == 1, run.stdout + run.stderr
     found = verdicts(run.stdout)
     # Each retry is a new request: the slow and the interrupted charge are charged again,

@@ -28,6 +28,15 @@ NO_DEDUPLICATION = """
     async def tools_call(self, ctx, call_next):  # the capability is still advertised, the key ignored
         return await call_next(ctx)
 """
+DEDUPLICATION_WITHOUT_A_KEY = """
+    answered = {}
+    async def tools_call(self, ctx, call_next):  # charge_unguarded answered once per amount, though no key came
+        if ctx.params["name"] != "charge_unguarded":
+            return await super().tools_call(ctx, call_next)
+        if repr(ctx.params.get("arguments")) not in self.answered:
+            self.answered[repr(ctx.params.get("arguments"))] = await call_next(ctx)
+        return self.answered[repr(ctx.params.get("arguments"))]
+"""
 UNSCOPED_AND_UNCHECKED = """
     def store_key(self, key):  # K2 broken: the bare key, whoever sends it
         return key
@@ -41,11 +50,7 @@ NO_CAPABILITY = """
 
 def play(demo: str, *options: str, server: str | None = None) -> subprocess.CompletedProcess:
     """Run a 2.x demo module with the 2.x interpreter, against the ledger server or a stand-in script."""
-    command = [sdk2_python(), "-m", demo, *options]
-    if server is not None:
-        command = [sdk2_python(), "-c", f"import sys; sys.argv[0] = {demo!r}; "
-                   f"from mcp_idempotency.demo import ledger_demo; ledger_demo.SERVER = [{server!r}]; "
-                   f"import {demo}; {demo}.main()", *options]
+    command = [sdk2_python(), "-m", demo, *options, *(["--server", server] if server else [])]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
 
 
@@ -71,7 +76,8 @@ def test_client_demo_plays_four_scenarios_over_stdio_and_http_and_each_passes(cl
     assert client_demo_run.returncode == 0, client_demo_run.stdout + client_demo_run.stderr
     assert verdicts(client_demo_run.stdout) == ["PASS"] * 8
     assert "=== over stdio" in client_demo_run.stdout and "=== over http" in client_demo_run.stdout
-    assert "6 of 6 scenarios with SEP-3182 behaved as it requires, over stdio and http." in client_demo_run.stdout
+    assert ("8 scenarios over stdio and http: without a key the retry charged twice, as it must; "
+            "with SEP-3182, 6 of 6 behaved as it requires.") in client_demo_run.stdout
 
 
 def test_client_demo_finds_the_capability_through_server_discover(client_demo_run):
@@ -103,6 +109,14 @@ def test_client_demo_fails_against_a_server_that_does_not_deduplicate(tmp_path):
     assert run.returncode == 1
     # Scenario 1 needs no deduplication; the other three do, and their checks catch its absence.
     assert verdicts(run.stdout) == ["PASS", "FAIL", "FAIL", "FAIL"]
+
+
+def test_client_demo_scenario_1_fails_against_a_server_that_deduplicates_calls_without_a_key(tmp_path):
+    """Scenario 1's PASS says the double charge happened: a server that spares it makes the verdict FAIL."""
+    run = play(CLIENT_DEMO, "--transport", "stdio", server=stand_in(tmp_path, DEDUPLICATION_WITHOUT_A_KEY))
+    assert run.returncode == 1
+    assert verdicts(run.stdout) == ["FAIL", "PASS", "PASS", "PASS"], run.stdout + run.stderr
+    assert "without a key the retry did NOT charge twice; with SEP-3182, 3 of 3 behaved" in run.stdout
 
 
 def test_client_demo_refuses_to_rely_on_keys_without_the_capability(tmp_path):

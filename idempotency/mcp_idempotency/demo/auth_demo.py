@@ -2,12 +2,13 @@
 
     sep3182-auth-demo                                        on one SQLite file
     sep3182-auth-demo --store postgresql://USER@HOST:PORT/DB  the same on PostgreSQL (an empty database)
+    sep3182-auth-demo --server SCRIPT                        against another server script (the tests' stand-ins)
 
 This script starts a real issuer (mcp_idempotency/demo/issuer.py: Authlib, client credentials, signed
 JWT access tokens) and two instances, A and B, of the 2.x ledger server --issuer on one store;
 then it is the load balancer between them. Alice and Bob each get their tokens from the
 issuer and talk through the SDK's own Client (2026-07-28), with the token in the
-Authorization header, through the link of client_demo.py, which can lose a response.
+Authorization header, through the harness's link, which can lose a response.
 Every verdict is read from the ledger, which lives in the store beside the records.
 
     1. Alice's response from A is lost; her retry, on B, replays it: one charge.
@@ -26,8 +27,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .ledger_demo import Link, call_tool, free_port, linked, listening, new_key, start_http_server, text
-
 import anyio
 import anyio.abc
 import httpx2
@@ -36,7 +35,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from .cluster_demo import hold_open
-from .harness import ServerLog, say, short, verdict
+from .harness import (Link, ServerLog, call_tool, free_port, linked, listening, new_key, say, send_charge,
+                      server_option, start_http_server, text, verdict)
 
 ISSUER = ["-m", "mcp_idempotency.demo.issuer"]
 RESOURCE = "https://ledger.example/mcp"  # the deployment, as its clients know it: every instance's `aud`
@@ -54,10 +54,10 @@ class Caller:
 
 
 class Deployment:
-    """The issuer, instances on one store trusting it, and callers connected to them."""
+    """The issuer, instances of `server` on one store trusting it, and callers connected to them."""
 
-    def __init__(self, folder: Path, store: str, connections: anyio.abc.TaskGroup):
-        self.folder, self.store, self.connections = folder, store, connections
+    def __init__(self, folder: Path, store: str, server: list[str], connections: anyio.abc.TaskGroup):
+        self.folder, self.store, self.server, self.connections = folder, store, server, connections
         self.processes: list[subprocess.Popen] = []
         self.urls: dict[str, str] = {}
         self.logs: dict[str, ServerLog] = {}
@@ -78,7 +78,7 @@ class Deployment:
         """One instance of the 2.x ledger server, trusting the issuer, on the shared store."""
         log = self.folder / f"{name}.log"
         log.touch()
-        process, url = start_http_server(["--verbose", "--store", self.store, "--issuer", self.issuer,
+        process, url = start_http_server(self.server, ["--verbose", "--store", self.store, "--issuer", self.issuer,
                                           "--resource", RESOURCE], log)
         self.processes.append(process)
         await listening(process, url, log)
@@ -105,7 +105,7 @@ class Deployment:
 
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {await self.token(who, scope)}"},
                                   event_hooks={"response": [refused]})
-        link = Link(show_every_frame=False, server_log=self.logs[instance], show_calls=False)
+        link = Link(self.logs[instance])
         client = Client(linked(streamable_http_client(self.urls[instance], http_client=http), link), mode="auto")
         await self.connections.start(hold_open, client)
         return Caller(who, instance, client, link, refusals)
@@ -117,33 +117,24 @@ class Deployment:
 
 
 async def charge(caller: Caller, amount: int, key: str, lose_response: bool = False):
-    """charge_guarded(amount) with `key`; the result, or the error it was refused with."""
-    say(caller.who, f"sends charge_guarded(amount={amount}), key {short(key)}, to {caller.instance}")
-    if lose_response:
-        caller.link.lose_next_response()
-    try:
-        result = await call_tool(caller, "charge_guarded", {"amount": amount}, key)
-    except MCPError as error:
-        say(caller.who, f"← {caller.instance}: error {error.code}: {error.message}")
-        return error
-    say(caller.who, f"← {caller.instance}: {text(result)}")
-    return result
+    """charge_guarded(amount) with `key`, sent by `caller` to its instance; the result, or the MCPError."""
+    return await send_charge(caller.client, caller.link, amount, key, caller.who, caller.instance, lose_response)
 
 
 async def ledger(reader: Caller) -> dict:
     """Ground truth from get_balance, read with a ledger:read token."""
-    truth = json.loads(text(await call_tool(reader, "get_balance", {})))
+    truth = json.loads(text(await call_tool(reader.client, "get_balance", {})))
     say("ledger", f"{truth['charges']} charge(s), balance {truth['balance']}")
     return truth
 
 
-async def play(store: str | None) -> bool:
+async def play(store: str | None, server: list[str]) -> bool:
     """The three scenarios; True if each behaved as SEP-3182's K2 and K3 require."""
     with tempfile.TemporaryDirectory() as folder:
         store = store or f"sqlite:{folder}/shared.db"
         print(f"SEP-3182 with OAuth: whose key is it; instances A and B share the store {store}\n")
         async with anyio.create_task_group() as connections:
-            deployment = Deployment(Path(folder), store, connections)
+            deployment = Deployment(Path(folder), store, server, connections)
             try:
                 await deployment.start_issuer()
                 await deployment.start("A")
@@ -196,7 +187,9 @@ def main() -> None:
     parser.add_argument("--store", metavar="URL",
                         help="the shared store: postgresql://... (an empty database of yours), or sqlite:PATH "
                              "(default: a SQLite file in a temporary folder)")
-    sys.exit(0 if anyio.run(play, parser.parse_args().store) else 1)
+    server_option(parser)
+    args = parser.parse_args()
+    sys.exit(0 if anyio.run(play, args.store, args.server) else 1)
 
 
 if __name__ == "__main__":
