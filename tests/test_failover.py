@@ -19,10 +19,15 @@ through the servers, and the stores are spoken to only through the servers.
 
 import contextlib
 import json
+import queue
 import shutil
 import sqlite3
 import subprocess
 import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -139,3 +144,325 @@ def test_a_retry_after_the_store_was_wiped_runs_the_tool_again(store_url, tmp_pa
         new_ledger, new_records = ground_truth(store_url)
     assert old_ledger == new_ledger == {"balance": 100, "charges": 1}
     assert set(old_records) == set(new_records) == {"order-1"}  # one key, charged in both: twice
+
+
+# ----------------------------------------------------------------------------
+# Slow: a primary and its streaming replica; the primary dies under load
+# ----------------------------------------------------------------------------
+
+REPLICA_SH = Path(__file__).resolve().parent / "replica.sh"
+MAIL_SERVER = [str(ROOT / "retry" / "mail_server.py")]
+KEYS = 300  # keyed charges, and as many keyed e-mails
+THREADS = 3  # clients, each one key at a time: its charge, then its e-mail
+CUT_OFF_AT = 120  # keys answered when the replica stops receiving (async-cut-off only)
+CRASH_AT = 220  # keys answered when the primary is stopped, the other clients' calls in flight
+LEASE = 2.0  # seconds: a claim that outlived the crash on the replica is taken over soon after
+# The modes: asynchronous replication as it runs on one machine (the replica a few
+# milliseconds behind at most); asynchronous with the replica cut off from the primary
+# part-way (a lagging or partitioned replica: what asynchronous replication allows at
+# any moment); synchronous, the replica named in synchronous_standby_names.
+MODES = ["async", "async-cut-off", "sync"]
+
+
+def replica_sh(*args) -> str:
+    """Run tests/replica.sh; its output (the URLs it prints)."""
+    done = subprocess.run(["bash", str(REPLICA_SH), *map(str, args)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"replica.sh {args[0]} failed:\n{done.stderr}"
+    return done.stdout
+
+
+def query(url: str, statement: str) -> list:
+    """The rows one statement returns, on the server at `url`."""
+    import anyio
+    import asyncpg
+
+    async def run():
+        db = await asyncpg.connect(url)
+        try:
+            return [tuple(row) for row in await db.fetch(statement)]
+        finally:
+            await db.close()
+
+    return anyio.run(run)
+
+
+class Cluster:
+    """A primary and its replica, started by tests/replica.sh in a folder of their own."""
+
+    def __init__(self, mode: str):
+        from wire import free_port
+
+        self.name = mode
+        self.mode = "sync" if mode == "sync" else "async"
+        # On tmpfs when there is one: each fsync of initdb, pg_basebackup and the replica's
+        # start-up took seconds on the shared disk. An immediate stop is a crash of the
+        # processes, not of the machine, so what it loses is the same on either.
+        self.folder = Path(tempfile.mkdtemp(prefix="sep3182-failover-",
+                                            dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+        self.folder.chmod(0o755)  # the postgres user owns the clusters inside it
+        self.old_port = free_port()  # for the crashed primary, started again at the end to be read
+        try:
+            self.primary, self.replica = replica_sh("start", self.folder, free_port(), free_port(), self.mode).split()
+        except BaseException:  # one of the two started: stopped, not left running
+            self.stop()
+            raise
+
+    def database(self, server: str, name: str) -> str:
+        return server.rsplit("/", 1)[0] + "/" + name
+
+    def wait_until_streaming(self) -> None:
+        """Until the primary sees its replica streaming (and, in sync mode, as its synchronous standby)."""
+        wanted = "sync" if self.mode == "sync" else "async"
+        for _ in range(200):
+            if query(self.primary, "SELECT state, sync_state FROM pg_stat_replication") == [("streaming", wanted)]:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"the replica never streamed: {query(self.primary, 'TABLE pg_stat_replication')}")
+
+    def cut_off_the_replica(self) -> None:
+        """Stop the replica's WAL receiver: from now on it keeps what it has and receives nothing more,
+        as a replica that fell behind does. (Pausing its replay would not do: promotion replays
+        every WAL record the replica received before it ends recovery.)"""
+        query(self.replica, "ALTER SYSTEM SET primary_conninfo = ''")
+        query(self.replica, "SELECT pg_reload_conf()")
+        for _ in range(200):
+            if not query(self.primary, "SELECT pid FROM pg_stat_replication"):
+                return
+            time.sleep(0.05)
+        raise AssertionError("the replica was still streaming")
+
+    def stop(self) -> None:
+        with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
+            replica_sh("stop", self.folder)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster(request):
+    """A primary with a streaming replica, in the mode the test is parametrized with; both stopped
+    and their folder deleted at the end, whatever happened."""
+    made = None
+    try:
+        made = Cluster(request.param)
+        made.wait_until_streaming()
+        yield made
+    finally:
+        if made is not None:
+            made.stop()
+
+
+def succeeded(call) -> dict | None:
+    """The answer of a call that was answered with a result; None for an error, a dropped connection, a silence."""
+    try:
+        reply = call()
+    except (OSError, ValueError, queue.Empty):  # the connection dropped, or nothing came back in time
+        return None
+    return reply if "result" in reply and not reply["result"].get("isError") else None
+
+
+class Load:
+    """KEYS keys from THREADS clients, one key at a time each: key i charges i + 1 on ledger instance
+    i % 2, then sends e-mail i through the outbox. `at_answered` maps a count of answered keys to
+    what the client whose answer made that count does next (cut the replica off, stop the primary),
+    while the other clients' calls are in flight."""
+
+    def __init__(self, ledgers: list, outbox, at_answered: dict):
+        self.ledgers, self.outbox, self.at_answered = ledgers, outbox, at_answered
+        self.lock = threading.Lock()
+        self.mail_lock = threading.Lock()  # the outbox speaks stdio: one pipe, one request on it at a time
+        self.next_key = self.answered = 0
+        self.sent: set[str] = set()  # keys whose call went out
+        self.acknowledged: dict[str, dict] = {}  # key: the result its client was answered with
+        self.crashed = threading.Event()  # set once the primary is stopped: the clients stop taking keys
+
+    def run(self) -> None:
+        with ThreadPoolExecutor(THREADS) as pool:
+            for client in [pool.submit(self.client) for _ in range(THREADS)]:
+                client.result()
+
+    def take(self) -> int | None:
+        with self.lock:
+            if self.crashed.is_set() or self.next_key >= KEYS:
+                return None
+            self.next_key += 1
+            return self.next_key - 1
+
+    def client(self) -> None:
+        while (i := self.take()) is not None:
+            self.sent.add(f"charge-{i}")
+            charged = succeeded(lambda: self.ledgers[i % len(self.ledgers)].charge(i + 1, key=f"charge-{i}"))
+            if charged is None:
+                continue  # no answer: this client retries the key after the failover
+            self.acknowledged[f"charge-{i}"] = charged
+            with self.mail_lock:
+                if self.crashed.is_set():
+                    continue
+                self.sent.add(f"mail-{i}")
+                mailed = succeeded(lambda: self.outbox.call("send_email", e_mail(i), key=f"mail-{i}"))
+            if mailed is None:
+                continue
+            self.acknowledged[f"mail-{i}"] = mailed
+            with self.lock:
+                self.answered += 1
+                then = self.at_answered.get(self.answered)
+            if then is not None:
+                then()
+
+
+def e_mail(i: int) -> dict:
+    return {"to": f"customer-{i}@example.com", "subject": f"Receipt {i}", "body": f"You were charged {i + 1}."}
+
+
+def emails_sent(outbox) -> int:
+    """The outbox process's own count of the e-mails it sent (an unkeyed call: the store is not asked)."""
+    return json.loads(text_of(outbox.call("outbox", {})))["email"]
+
+
+def completed(records: dict, kind: str) -> dict:
+    """The completed records of one kind of key ("charge" or "mail"): {key: outcome}."""
+    return {key: outcome for key, outcome in records.items() if key.startswith(kind + "-") and outcome is not None}
+
+
+def check_one_charge_per_key(ledger: dict, records: dict, keys: set) -> None:
+    """The ledger holds exactly one charge per key in `keys`, each the one its record reports: sorted
+    by the balance each record shows, the balance climbs from 0 by each key's own amount, in as many
+    steps as the ledger counts. A lost charge, or a second one for a key, would break the chain."""
+    from stores import CHARGED
+
+    charges = completed(records, "charge")
+    assert set(charges) == keys, f"keys with no completed charge: {sorted(keys - set(charges))[:5]}"
+    shown = {key: tuple(map(int, CHARGED.fullmatch(json.loads(outcome)["result"]["content"][0]["text"]).groups()))
+             for key, outcome in charges.items()}
+    balance = 0
+    for key, (amount, after) in sorted(shown.items(), key=lambda item: item[1][1]):
+        assert amount == int(key.split("-")[1]) + 1 and after == balance + amount, f"{key}: a charge with no record"
+        balance = after
+    assert ledger == {"balance": balance, "charges": len(keys)}, f"{ledger}: charges no record accounts for"
+
+
+def retry_every_key(ledgers: list, outbox) -> dict:
+    """Every key again, charge and e-mail, on the instances pointed at the promoted replica; each
+    must now get a result (a claim that outlived the crash is past its lease). {key: its answer}."""
+    from wire import IN_PROGRESS
+
+    mail_lock = threading.Lock()
+
+    def again(i: int) -> list[tuple[str, dict]]:
+        answers = []
+        for key, call in ((f"charge-{i}", lambda: ledgers[i % len(ledgers)].charge(i + 1, key=f"charge-{i}")),
+                          (f"mail-{i}", lambda: outbox.call("send_email", e_mail(i), key=f"mail-{i}"))):
+            with mail_lock if key.startswith("mail") else contextlib.nullcontext():
+                reply = call()
+                if error_type(reply) == IN_PROGRESS:  # a claim from before the crash, its lease not yet over
+                    time.sleep(LEASE)
+                    reply = call()
+            assert "result" in reply and not reply["result"].get("isError"), f"{key} after the failover: {reply}"
+            answers.append((key, reply))
+        return answers
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        return dict(answer for answers in pool.map(again, range(KEYS)) for answer in answers)
+
+
+@contextlib.contextmanager
+def servers(ledger_url: str, outbox_url: str):
+    """Two ledger instances (HTTP) and one outbox (stdio) on the given stores, stopped at the end."""
+    from wire import start
+
+    with ThreadPoolExecutor(3) as pool:
+        starting = [pool.submit(start, "2x-http", "--store", ledger_url, "--lease", str(LEASE)) for _ in range(2)]
+        starting.append(pool.submit(start, "2x-stdio", "--store", outbox_url, "--lease", str(LEASE),
+                                    server=MAIL_SERVER))
+    started = [future.result() for future in starting if future.exception() is None]
+    try:
+        failed = [future.exception() for future in starting if future.exception() is not None]
+        if failed:
+            raise failed[0]
+        yield started[:2], started[2]
+    finally:
+        for wire in started:
+            wire.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("cluster", MODES, indirect=True)
+def test_after_a_failover_every_key_charges_once_and_only_an_outside_effect_can_repeat(cluster, capsys):
+    """The primary is stopped abruptly under load, the replica promoted, every key retried on it.
+
+    In the store (the ledger, P17), a charge and its record are lost together or kept
+    together: the retry of a lost key charges it anew, and every key ends with one charge.
+    Outside the store (the outbox), an e-mail whose record was lost is sent a second time.
+    Synchronous replication loses no record of an answered call, so repeats nothing answered.
+    """
+    from stores import decisions
+
+    ledger_db, outbox_db = cluster.database(cluster.primary, "postgres"), cluster.database(cluster.primary, "outbox")
+    query(cluster.primary, "CREATE DATABASE outbox")  # the outbox's own store, replicated like the ledger's
+    crash: dict = {}
+
+    def stop_the_primary() -> None:
+        replica_sh("crash", cluster.folder)  # pg_ctl stop -m immediate, the other clients' calls in flight
+        crash["at"] = time.monotonic()
+        load.crashed.set()
+
+    events = {CRASH_AT: stop_the_primary}
+    if cluster.name == "async-cut-off":
+        events[CUT_OFF_AT] = cluster.cut_off_the_replica
+    with servers(ledger_db, outbox_db) as (ledgers, outbox):
+        load = Load(ledgers, outbox, events)
+        began = time.monotonic()
+        load.run()
+        loaded = time.monotonic() - began
+        assert "at" in crash, "the load ended before the primary was stopped"
+        sent_before = emails_sent(outbox)
+    replica_sh("promote", cluster.folder)
+    ledger_db, outbox_db = cluster.database(cluster.replica, "postgres"), cluster.database(cluster.replica, "outbox")
+    promoted = {"charge": ground_truth(ledger_db), "mail": ground_truth(outbox_db)}
+
+    with servers(ledger_db, outbox_db) as (ledgers, outbox):
+        time.sleep(max(0.0, crash["at"] + LEASE + 0.5 - time.monotonic()))
+        retried = retry_every_key(ledgers, outbox)
+        sent_after = emails_sent(outbox)
+        seen = decisions(*ledgers, outbox)
+    after = ground_truth(ledger_db)
+    old = replica_sh("restart-old", cluster.folder, cluster.old_port).strip()  # what the dead primary had committed
+    on_primary = {"charge": ground_truth(cluster.database(old, "postgres")),
+                  "mail": ground_truth(cluster.database(old, "outbox"))}
+
+    figures, re_runs = {}, {}
+    for kind in ("charge", "mail"):
+        (ledger, records), (old_ledger, old_records) = promoted[kind], on_primary[kind]
+        kept, committed = completed(records, kind), completed(old_records, kind)
+        acknowledged = {key for key in load.acknowledged if key.startswith(kind)}
+        re_run = re_runs[kind] = {key for key in retried if key.startswith(kind) and seen["recorded", key]}
+        if kind == "charge":  # P17 on both sides of the failover: charges and records lost together
+            check_one_charge_per_key(ledger, records, set(kept))
+            check_one_charge_per_key(old_ledger, old_records, set(committed))
+        # A key runs again exactly when the promoted replica held no completed record of it.
+        assert re_run == {key for key in retried if key.startswith(kind)} - set(kept)
+        for key in acknowledged & set(kept):  # a kept record replays what its client was answered
+            assert retried[key]["result"] == load.acknowledged[key]["result"], key
+        figures[kind] = {"answered": len(acknowledged), "committed on the primary": len(committed),
+                         "lost": len(set(committed) - set(kept)), "answered and lost": len(acknowledged - set(kept)),
+                         "re-run": len(re_run)}
+    check_one_charge_per_key(*after, {f"charge-{i}" for i in range(KEYS)})  # exactly one charge per key
+    twice = sent_before + sent_after - KEYS  # every key's e-mail went out at least once
+    answered_twice = len(re_runs["mail"] & set(load.acknowledged))  # sent, answered, and sent again
+    assert sent_after == figures["mail"]["re-run"]
+
+    # Outside the store, a lost record repeats its effect: for each answered e-mail whose
+    # record was lost, and for an e-mail in flight at the crash that went out unrecorded.
+    assert twice >= answered_twice == figures["mail"]["answered and lost"]
+    in_flight = {key for key in load.sent if key.startswith("mail")} - set(load.acknowledged)
+    assert twice - answered_twice <= len(in_flight)
+    if cluster.mode == "sync":  # nothing answered is lost, so nothing answered is repeated
+        assert figures["charge"]["answered and lost"] == figures["mail"]["answered and lost"] == 0
+    if cluster.name == "async-cut-off":  # the replica fell behind: answered calls lost, e-mails repeated
+        assert figures["charge"]["answered and lost"] > 0 and figures["mail"]["answered and lost"] > 0
+        assert answered_twice > 0
+    with capsys.disabled():
+        print(f"\n[failover, {cluster.name}] {KEYS} keys, {THREADS} clients, primary stopped after "
+              f"{len(load.acknowledged) // 2} answered keys ({loaded:.1f} s); charges {figures['charge']}; "
+              f"e-mails {figures['mail']}; e-mails sent twice: {twice} ({answered_twice} of them answered before "
+              f"the crash); ledger after the retries: {after[0]['charges']} charges, one per key", end="")
