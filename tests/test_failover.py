@@ -154,14 +154,19 @@ REPLICA_SH = Path(__file__).resolve().parent / "replica.sh"
 MAIL_SERVER = [str(ROOT / "retry" / "mail_server.py")]
 KEYS = 300  # keyed charges, and as many keyed e-mails
 THREADS = 3  # clients, each one key at a time: its charge, then its e-mail
-CUT_OFF_AT = 120  # keys answered when the replica stops receiving (async-cut-off only)
+CUT_OFF_AT = 120  # keys answered when the replica stops receiving (the cut-off modes)
 CRASH_AT = 220  # keys answered when the primary is stopped, the other clients' calls in flight
+# Synchronous and cut off, no call is answered any more (each commit waits for the replica):
+# the primary is stopped this long after the cut-off, its clients' calls waiting.
+STALLED = 1.0  # seconds
 LEASE = 2.0  # seconds: a claim that outlived the crash on the replica is taken over soon after
 # The modes: asynchronous replication as it runs on one machine (the replica a few
 # milliseconds behind at most); asynchronous with the replica cut off from the primary
 # part-way (a lagging or partitioned replica: what asynchronous replication allows at
-# any moment); synchronous, the replica named in synchronous_standby_names.
-MODES = ["async", "async-cut-off", "sync"]
+# any moment); synchronous, the replica named in synchronous_standby_names; and
+# synchronous with the same cut-off, to show that the guarantee does not rest on a
+# replica that happens to keep up.
+MODES = ["async", "async-cut-off", "sync", "sync-cut-off"]
 
 
 def replica_sh(*args) -> str:
@@ -193,7 +198,7 @@ class Cluster:
         from wire import free_port
 
         self.name = mode
-        self.mode = "sync" if mode == "sync" else "async"
+        self.mode = "sync" if mode.startswith("sync") else "async"
         # On tmpfs when there is one: each fsync of initdb, pg_basebackup and the replica's
         # start-up took seconds on the shared disk. An immediate stop is a crash of the
         # processes, not of the machine, so what it loses is the same on either.
@@ -219,6 +224,8 @@ class Cluster:
             time.sleep(0.05)
         raise AssertionError(f"the replica never streamed: {query(self.primary, 'TABLE pg_stat_replication')}")
 
+    cut_off_at = float("inf")  # when the replica stopped receiving, if it did
+
     def cut_off_the_replica(self) -> None:
         """Stop the replica's WAL receiver: from now on it keeps what it has and receives nothing more,
         as a replica that fell behind does. (Pausing its replay would not do: promotion replays
@@ -227,6 +234,7 @@ class Cluster:
         query(self.replica, "SELECT pg_reload_conf()")
         for _ in range(200):
             if not query(self.primary, "SELECT pid FROM pg_stat_replication"):
+                self.cut_off_at = time.monotonic()
                 return
             time.sleep(0.05)
         raise AssertionError("the replica was still streaming")
@@ -271,7 +279,7 @@ class Load:
         self.lock = threading.Lock()
         self.mail_lock = threading.Lock()  # the outbox speaks stdio: one pipe, one request on it at a time
         self.next_key = self.answered = 0
-        self.sent: set[str] = set()  # keys whose call went out
+        self.sent: dict[str, float] = {}  # keys whose call went out: when
         self.acknowledged: dict[str, dict] = {}  # key: the result its client was answered with
         self.crashed = threading.Event()  # set once the primary is stopped: the clients stop taking keys
 
@@ -289,7 +297,7 @@ class Load:
 
     def client(self) -> None:
         while (i := self.take()) is not None:
-            self.sent.add(f"charge-{i}")
+            self.sent[f"charge-{i}"] = time.monotonic()
             charged = succeeded(lambda: self.ledgers[i % len(self.ledgers)].charge(i + 1, key=f"charge-{i}"))
             if charged is None:
                 continue  # no answer: this client retries the key after the failover
@@ -297,7 +305,7 @@ class Load:
             with self.mail_lock:
                 if self.crashed.is_set():
                     continue
-                self.sent.add(f"mail-{i}")
+                self.sent[f"mail-{i}"] = time.monotonic()
                 mailed = succeeded(lambda: self.outbox.call("send_email", e_mail(i), key=f"mail-{i}"))
             if mailed is None:
                 continue
@@ -406,9 +414,15 @@ def test_after_a_failover_every_key_charges_once_and_only_an_outside_effect_can_
         crash["at"] = time.monotonic()
         load.crashed.set()
 
+    def cut_off_then_stop_the_primary() -> None:
+        cluster.cut_off_the_replica()
+        threading.Timer(STALLED, stop_the_primary).start()  # nothing more is answered to count up to
+
     events = {CRASH_AT: stop_the_primary}
     if cluster.name == "async-cut-off":
         events[CUT_OFF_AT] = cluster.cut_off_the_replica
+    if cluster.name == "sync-cut-off":
+        events = {CUT_OFF_AT: cut_off_then_stop_the_primary}
     with servers(ledger_db, outbox_db) as (ledgers, outbox):
         load = Load(ledgers, outbox, events)
         began = time.monotonic()
@@ -443,8 +457,11 @@ def test_after_a_failover_every_key_charges_once_and_only_an_outside_effect_can_
         assert re_run == {key for key in retried if key.startswith(kind)} - set(kept)
         for key in acknowledged & set(kept):  # a kept record replays what its client was answered
             assert retried[key]["result"] == load.acknowledged[key]["result"], key
-        figures[kind] = {"answered": len(acknowledged), "committed on the primary": len(committed),
-                         "lost": len(set(committed) - set(kept)), "answered and lost": len(acknowledged - set(kept)),
+        figures[kind] = {"answered": len(acknowledged), "completed on the primary": len(committed),
+                         "completed and lost": len(set(committed) - set(kept)),
+                         "answered and lost": len(acknowledged - set(kept)),
+                         "records of any state lost": len({key for key in old_records if key.startswith(kind)}
+                                                          - set(records)),
                          "re-run": len(re_run)}
     check_one_charge_per_key(*after, {f"charge-{i}" for i in range(KEYS)})  # exactly one charge per key
     twice = sent_before + sent_after - KEYS  # every key's e-mail went out at least once
@@ -457,7 +474,9 @@ def test_after_a_failover_every_key_charges_once_and_only_an_outside_effect_can_
     in_flight = {key for key in load.sent if key.startswith("mail")} - set(load.acknowledged)
     assert twice - answered_twice <= len(in_flight)
     if cluster.mode == "sync":  # nothing answered is lost, so nothing answered is repeated
-        assert figures["charge"]["answered and lost"] == figures["mail"]["answered and lost"] == 0
+        assert figures["charge"]["answered and lost"] == figures["mail"]["answered and lost"] == answered_twice == 0
+    if cluster.name == "sync-cut-off":  # each commit waited for the replica: no call sent since was answered
+        assert not [key for key in load.acknowledged if load.sent[key] > cluster.cut_off_at]
     if cluster.name == "async-cut-off":  # the replica fell behind: answered calls lost, e-mails repeated
         assert figures["charge"]["answered and lost"] > 0 and figures["mail"]["answered and lost"] > 0
         assert answered_twice > 0
