@@ -26,13 +26,13 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from wire import ROOT, error_type, text_of
+from stores import CHARGED, decisions
+from wire import IN_PROGRESS, ROOT, error_type, free_port, start, text_of
 
 # ----------------------------------------------------------------------------
 # Ground truth, read from the store's tables directly
@@ -120,8 +120,6 @@ def test_a_retry_after_the_store_was_wiped_runs_the_tool_again(store_url, tmp_pa
     is claimed and charged anew, not replayed. Two charges now exist for one key, one in
     each store; the client saw two answers that look alike and could not tell.
     """
-    from wire import start
-
     first = start("2x-stdio", "--store", store_url)
     try:
         answered = first.charge(100, key="order-1")
@@ -195,8 +193,6 @@ class Cluster:
     """A primary and its replica, started by tests/replica.sh in a folder of their own."""
 
     def __init__(self, mode: str):
-        from wire import free_port
-
         self.name = mode
         self.mode = "sync" if mode.startswith("sync") else "async"
         # On tmpfs when there is one: each fsync of initdb, pg_basebackup and the replica's
@@ -335,8 +331,6 @@ def check_one_charge_per_key(ledger: dict, records: dict, keys: set) -> None:
     """The ledger holds exactly one charge per key in `keys`, each the one its record reports: sorted
     by the balance each record shows, the balance climbs from 0 by each key's own amount, in as many
     steps as the ledger counts. A lost charge, or a second one for a key, would break the chain."""
-    from stores import CHARGED
-
     charges = completed(records, "charge")
     assert set(charges) == keys, f"keys with no completed charge: {sorted(keys - set(charges))[:5]}"
     shown = {key: tuple(map(int, CHARGED.fullmatch(json.loads(outcome)["result"]["content"][0]["text"]).groups()))
@@ -351,8 +345,6 @@ def check_one_charge_per_key(ledger: dict, records: dict, keys: set) -> None:
 def retry_every_key(ledgers: list, outbox) -> dict:
     """Every key again, charge and e-mail, on the instances pointed at the promoted replica; each
     must now get a result (a claim that outlived the crash is past its lease). {key: its answer}."""
-    from wire import IN_PROGRESS
-
     mail_lock = threading.Lock()
 
     def again(i: int) -> list[tuple[str, dict]]:
@@ -375,8 +367,6 @@ def retry_every_key(ledgers: list, outbox) -> dict:
 @contextlib.contextmanager
 def servers(ledger_url: str, outbox_url: str):
     """Two ledger instances (HTTP) and one outbox (stdio) on the given stores, stopped at the end."""
-    from wire import start
-
     with ThreadPoolExecutor(3) as pool:
         starting = [pool.submit(start, "2x-http", "--store", ledger_url, "--lease", str(LEASE)) for _ in range(2)]
         starting.append(pool.submit(start, "2x-stdio", "--store", outbox_url, "--lease", str(LEASE),
@@ -403,8 +393,6 @@ def test_after_a_failover_every_key_charges_once_and_only_an_outside_effect_can_
     Outside the store (the outbox), an e-mail whose record was lost is sent a second time.
     Synchronous replication loses no record of an answered call, so repeats nothing answered.
     """
-    from stores import decisions
-
     ledger_db, outbox_db = cluster.database(cluster.primary, "postgres"), cluster.database(cluster.primary, "outbox")
     query(cluster.primary, "CREATE DATABASE outbox")  # the outbox's own store, replicated like the ledger's
     crash: dict = {}
@@ -482,6 +470,6 @@ def test_after_a_failover_every_key_charges_once_and_only_an_outside_effect_can_
         assert answered_twice > 0
     with capsys.disabled():
         print(f"\n[failover, {cluster.name}] {KEYS} keys, {THREADS} clients, primary stopped after "
-              f"{len(load.acknowledged) // 2} answered keys ({loaded:.1f} s); charges {figures['charge']}; "
+              f"{loaded:.1f} s of load; charges {figures['charge']}; "
               f"e-mails {figures['mail']}; e-mails sent twice: {twice} ({answered_twice} of them answered before "
               f"the crash); ledger after the retries: {after[0]['charges']} charges, one per key", end="")
