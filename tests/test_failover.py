@@ -34,6 +34,8 @@ import pytest
 from stores import CHARGED, decisions
 from wire import IN_PROGRESS, ROOT, error_type, free_port, start, text_of
 
+pytestmark = pytest.mark.targets("2x-stdio", "2x-http")  # the ledger over both, the outbox over stdio
+
 # ----------------------------------------------------------------------------
 # Ground truth, read from the store's tables directly
 # ----------------------------------------------------------------------------
