@@ -11,7 +11,8 @@ runs the tool again; what that costs depends on where the tool's effect lives:
 Quick: a store wiped between an attempt and its retry (SQLite, PostgreSQL).
 Slow: a PostgreSQL primary with a streaming replica (tests/replica.sh), the primary
 stopped abruptly under a bounded load, the replica promoted, every key retried on new
-instances pointed at it; with asynchronous replication and with synchronous.
+instances pointed at it; with asynchronous replication and with synchronous (the two
+clusters are tests/replica.py's `Cluster`).
 
 Ground truth is read with SQL from the store, in one helper (`ground_truth`), never
 through the servers, and the stores are spoken to only through the servers.
@@ -20,10 +21,7 @@ through the servers, and the stores are spoken to only through the servers.
 import contextlib
 import json
 import queue
-import shutil
 import sqlite3
-import subprocess
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,8 +29,9 @@ from pathlib import Path
 
 import pytest
 
+from replica import Cluster, query, replica_sh
 from stores import CHARGED, decisions
-from wire import IN_PROGRESS, ROOT, error_type, free_port, start, text_of
+from wire import IN_PROGRESS, ROOT, error_type, start, text_of
 
 pytestmark = pytest.mark.targets("2x-stdio", "2x-http")  # the ledger over both, the outbox over stdio
 
@@ -150,7 +149,6 @@ def test_a_retry_after_the_store_was_wiped_runs_the_tool_again(store_url, tmp_pa
 # Slow: a primary and its streaming replica; the primary dies under load
 # ----------------------------------------------------------------------------
 
-REPLICA_SH = Path(__file__).resolve().parent / "replica.sh"
 MAIL_SERVER = [str(ROOT / "retry" / "mail_server.py")]
 KEYS = 300  # keyed charges, and as many keyed e-mails
 THREADS = 3  # clients, each one key at a time: its charge, then its e-mail
@@ -165,82 +163,9 @@ LEASE = 2.0  # seconds: a claim that outlived the crash on the replica is taken 
 # part-way (a lagging or partitioned replica: what asynchronous replication allows at
 # any moment); synchronous, the replica named in synchronous_standby_names; and
 # synchronous with the same cut-off, to show that the guarantee does not rest on a
-# replica that happens to keep up.
-MODES = ["async", "async-cut-off", "sync", "sync-cut-off"]
-
-
-def replica_sh(*args) -> str:
-    """Run tests/replica.sh; its output (the URLs it prints)."""
-    done = subprocess.run(["bash", str(REPLICA_SH), *map(str, args)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, f"replica.sh {args[0]} failed:\n{done.stderr}"
-    return done.stdout
-
-
-def query(url: str, statement: str) -> list:
-    """The rows one statement returns, on the server at `url`."""
-    import anyio
-    import asyncpg
-
-    async def run():
-        db = await asyncpg.connect(url)
-        try:
-            return [tuple(row) for row in await db.fetch(statement)]
-        finally:
-            await db.close()
-
-    return anyio.run(run)
-
-
-class Cluster:
-    """A primary and its replica, started by tests/replica.sh in a folder of their own."""
-
-    def __init__(self, mode: str):
-        self.name = mode
-        self.mode = "sync" if mode.startswith("sync") else "async"
-        # On tmpfs when there is one: each fsync of initdb, pg_basebackup and the replica's
-        # start-up took seconds on the shared disk. An immediate stop is a crash of the
-        # processes, not of the machine, so what it loses is the same on either.
-        self.folder = Path(tempfile.mkdtemp(prefix="sep3182-failover-",
-                                            dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
-        self.folder.chmod(0o755)  # the postgres user owns the clusters inside it
-        self.old_port = free_port()  # for the crashed primary, started again at the end to be read
-        try:
-            self.primary, self.replica = replica_sh("start", self.folder, free_port(), free_port(), self.mode).split()
-        except BaseException:  # one of the two started: stopped, not left running
-            self.stop()
-            raise
-
-    def database(self, server: str, name: str) -> str:
-        return server.rsplit("/", 1)[0] + "/" + name
-
-    def wait_until_streaming(self) -> None:
-        """Until the primary sees its replica streaming (and, in sync mode, as its synchronous standby)."""
-        wanted = "sync" if self.mode == "sync" else "async"
-        for _ in range(200):
-            if query(self.primary, "SELECT state, sync_state FROM pg_stat_replication") == [("streaming", wanted)]:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"the replica never streamed: {query(self.primary, 'TABLE pg_stat_replication')}")
-
-    cut_off_at = float("inf")  # when the replica stopped receiving, if it did
-
-    def cut_off_the_replica(self) -> None:
-        """Stop the replica's WAL receiver: from now on it keeps what it has and receives nothing more,
-        as a replica that fell behind does. (Pausing its replay would not do: promotion replays
-        every WAL record the replica received before it ends recovery.)"""
-        query(self.replica, "ALTER SYSTEM SET primary_conninfo = ''")
-        query(self.replica, "SELECT pg_reload_conf()")
-        for _ in range(200):
-            if not query(self.primary, "SELECT pid FROM pg_stat_replication"):
-                self.cut_off_at = time.monotonic()
-                return
-            time.sleep(0.05)
-        raise AssertionError("the replica was still streaming")
-
-    def stop(self) -> None:
-        with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
-            replica_sh("stop", self.folder)
-        shutil.rmtree(self.folder, ignore_errors=True)
+# replica that happens to keep up. And asynchronous with the replica's replay paused
+# instead of cut off, to show that a replica behind in replay only is not behind at all.
+MODES = ["async", "async-cut-off", "async-replay-paused", "sync", "sync-cut-off"]
 
 
 @pytest.fixture
@@ -404,6 +329,18 @@ def test_after_a_failover_every_key_charges_once_and_only_an_outside_effect_can_
         crash["at"] = time.monotonic()
         load.crashed.set()
 
+    paused: dict = {}
+
+    def pause_the_replay() -> None:
+        cluster.pause_replay()
+        paused["answered"] = set(load.acknowledged)
+
+    def stop_the_primary_once_the_paused_replica_has_everything() -> None:
+        # Whatever was answered by now is in WAL the replica has received, but not applied.
+        paused["answered before the stop"] = set(load.acknowledged)
+        paused["bytes unapplied"] = cluster.received_everything()
+        stop_the_primary()
+
     def cut_off_then_stop_the_primary() -> None:
         cluster.cut_off_the_replica()
         threading.Timer(STALLED, stop_the_primary).start()  # nothing more is answered to count up to
@@ -413,6 +350,8 @@ def test_after_a_failover_every_key_charges_once_and_only_an_outside_effect_can_
         events[CUT_OFF_AT] = cluster.cut_off_the_replica
     if cluster.name == "sync-cut-off":
         events = {CUT_OFF_AT: cut_off_then_stop_the_primary}
+    if cluster.name == "async-replay-paused":
+        events = {CUT_OFF_AT: pause_the_replay, CRASH_AT: stop_the_primary_once_the_paused_replica_has_everything}
     with servers(ledger_db, outbox_db) as (ledgers, outbox):
         load = Load(ledgers, outbox, events)
         began = time.monotonic()
@@ -470,8 +409,16 @@ def test_after_a_failover_every_key_charges_once_and_only_an_outside_effect_can_
     if cluster.name == "async-cut-off":  # the replica fell behind: answered calls lost, e-mails repeated
         assert figures["charge"]["answered and lost"] > 0 and figures["mail"]["answered and lost"] > 0
         assert answered_twice > 0
+    if cluster.name == "async-replay-paused":  # promotion applied all it had received: nothing of it lost
+        applied_at_promotion = paused["answered before the stop"] - paused["answered"]
+        assert paused["bytes unapplied"] > 0 and applied_at_promotion, "the replica was not behind in replay"
+        kept = set(completed(promoted["charge"][1], "charge")) | set(completed(promoted["mail"][1], "mail"))
+        assert not paused["answered before the stop"] - kept
+        figures["paused"] = {"calls answered during the pause": len(applied_at_promotion),
+                             "bytes unapplied at the stop": paused["bytes unapplied"]}
     with capsys.disabled():
         print(f"\n[failover, {cluster.name}] {KEYS} keys, {THREADS} clients, primary stopped after "
               f"{loaded:.1f} s of load; charges {figures['charge']}; "
               f"e-mails {figures['mail']}; e-mails sent twice: {twice} ({answered_twice} of them answered before "
-              f"the crash); ledger after the retries: {after[0]['charges']} charges, one per key", end="")
+              f"the crash); ledger after the retries: {after[0]['charges']} charges, one per key"
+              f"{''.join(f'; {name}: {value}' for name, value in figures.get('paused', {}).items())}", end="")
