@@ -14,8 +14,9 @@ stopped abruptly under a bounded load, the replica promoted, every key retried o
 instances pointed at it; with asynchronous replication and with synchronous (the two
 clusters are tests/replica.py's `Cluster`).
 
-Ground truth is read with SQL from the store, in one helper (`ground_truth`), never
-through the servers, and the stores are spoken to only through the servers.
+Only the servers write to the stores (an operator's wipe aside). Ground truth is read
+from the tables with SQL, not asked of the servers, in one helper (`ground_truth`): the
+one place to change when a table moves.
 """
 
 import contextlib
