@@ -85,7 +85,7 @@ def spread_calls(wires: list[HttpWire], clients: int, calls: int) -> float:
 
 
 def shared_stores(calls: int, clients: int, scale_calls: int, postgres: Postgres) -> None:
-    """Section 5: round trip and its store round trips on each store, bytes per record and instances on the shared ones."""
+    """Section 5: the round trip and its store round trips on each store; bytes and instances on the shared ones."""
     folder = Path(tempfile.mkdtemp(prefix="sep3182-bench-"))
     labels = measured_stores(postgres)
     try:
