@@ -1,23 +1,28 @@
-"""Section 2's timing loop, run by each SDK's own interpreter: the fingerprint against that SDK's parse.
+"""Section 2's timing loop, run by each SDK's own interpreter: each server's own fingerprint against its SDK's parse.
 
     PYTHON benchmarks/fingerprint_timing.py < request.json > timings.json
 
 bench.py runs it twice, with the mcp 1.x interpreter (.venv) and with the mcp 2.x
 one (.venv-2x), so that each ratio is measured within one interpreter. It reads
-{"repeats": N, "lines": [a tools/call line, ...]} on stdin and writes
-{"sdk": "mcp 1.30.0", "timings": [{"fingerprint": [ns, ...], "parse": [ns, ...]}, ...]},
-one entry per line, the raw samples in the order they were taken.
+{"repeats": N, "server": "server.py's path", "lines": [a tools/call line, ...]} on
+stdin and writes {"sdk": "mcp 1.30.0", "timings": [{"fingerprint": [ns, ...],
+"parse": [ns, ...], "blake2b": [ns, ...], "sha256": [ns, ...]}, ...]}, one entry per
+line, the raw samples in the order they were taken.
+
+The fingerprint timed is the function each server runs: under mcp 1.x, server.py's
+own (SHA-256 over json.dumps), imported from the script, which builds its FastMCP
+object and does not serve; under mcp 2.x, the package's mcp_idempotency.rules.fingerprint
+(BLAKE2b over pydantic's JSON), as mcp_idempotency/layer.py calls it on ctx.params.
 """
 
 import gc
+import hashlib
 import json
 import sys
 import time
 from importlib.metadata import version
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sdk2"))
-import sep3182  # noqa: E402  (SDK-free: both interpreters import the same rules)
+from reference import load_server
 
 try:
     import mcp_types  # mcp 2.x only
@@ -25,17 +30,24 @@ except ImportError:
     mcp_types = None
 
 if mcp_types is not None:
+    from mcp_idempotency.rules import fingerprint as layer_fingerprint
+    from mcp_types.methods import validate_client_request
 
     def sdk_parse(line: str):
-        """The 2.x SDK's parse of one stdio line, before any middleware runs."""
-        # mcp 2.3.0, mcp/server/stdio.py:189 parses every line so; the middleware then
-        # reads the params as this plain dict (ctx.params). The handler's own params
-        # validation comes later, so this is the least the SDK does per request.
-        return mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        """The 2.x SDK's parse of one tools/call line, up to the handler's typed params."""
+        # mcp 2.3.0: mcp/server/stdio.py:189 parses every line so (the HTTP transport its
+        # body alike); mcp/server/runner.py _inner then validates the params against the
+        # revision's surface (validate_client_request) and as the handler's params type,
+        # CallToolRequestParams. The middleware runs between the first and the second.
+        message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        revision = message.params["_meta"]["io.modelcontextprotocol/protocolVersion"]
+        validate_client_request(message.method, revision, message.params)
+        mcp_types.CallToolRequestParams.model_validate(message.params, by_name=False)
+        return message
 
-    def fingerprint(message) -> bytes:
-        """What sdk2/server.py's middleware computes from ctx.params."""
-        return sep3182.fingerprint(message.params["name"], message.params.get("arguments"))
+    def fingerprint(message, _server) -> bytes:
+        """What mcp_idempotency/layer.py computes from ctx.params, the plain dict the SDK parsed."""
+        return layer_fingerprint(message.params["name"], message.params.get("arguments"))
 
 else:
     import mcp.types as types
@@ -50,14 +62,15 @@ else:
         return types.ClientRequest.model_validate(
             message.root.model_dump(by_alias=True, mode="json", exclude_none=True)).root
 
-    def fingerprint(request) -> bytes:
-        """What server.py's dispatch layer computes from the parsed request."""
-        return sep3182.fingerprint(request.params.name, request.params.arguments)
+    def fingerprint(request, server) -> bytes:
+        """What server.py's dispatch layer computes from the parsed request: server.py's own function."""
+        return server.fingerprint(request.params.name, request.params.arguments)
 
 
-def timings(line: str, repeats: int) -> dict[str, list[int]]:
-    """Nanoseconds of the fingerprint and of the SDK's parse, interleaved, `repeats` times."""
-    samples = {"fingerprint": [], "parse": []}
+def timings(line: str, repeats: int, server) -> dict[str, list[int]]:
+    """Nanoseconds of the fingerprint and of the SDK's parse, interleaved, `repeats` times; and of each digest alone."""
+    samples = {"fingerprint": [], "parse": [], "blake2b": [], "sha256": []}
+    data = line.encode()  # a digest's cost depends on the length alone: the line is as long as what is hashed
     # As in the server, each fingerprint reads the request the SDK has just
     # parsed, so neither measurement runs on a cache the other left cold.
     # The garbage collector is off while timing, as timeit does: a collection
@@ -72,8 +85,14 @@ def timings(line: str, repeats: int) -> dict[str, list[int]]:
             start = time.perf_counter_ns()
             request = sdk_parse(line)
             parsed = time.perf_counter_ns()
-            fingerprint(request)
-            samples["fingerprint"].append(time.perf_counter_ns() - parsed)
+            fingerprint(request, server)
+            fingerprinted = time.perf_counter_ns()
+            hashlib.blake2b(data, digest_size=32).digest()  # the package's digest (rules.py)
+            blake2b = time.perf_counter_ns()
+            hashlib.sha256(data).digest()  # server.py's, the one the package's replaced
+            samples["sha256"].append(time.perf_counter_ns() - blake2b)
+            samples["blake2b"].append(blake2b - fingerprinted)
+            samples["fingerprint"].append(fingerprinted - parsed)
             samples["parse"].append(parsed - start)
     finally:
         gc.enable()
@@ -82,7 +101,8 @@ def timings(line: str, repeats: int) -> dict[str, list[int]]:
 
 def main() -> None:
     request = json.load(sys.stdin)
-    results = [timings(line, request["repeats"]) for line in request["lines"]]
+    server = None if mcp_types is not None else load_server(request["server"])
+    results = [timings(line, request["repeats"], server) for line in request["lines"]]
     json.dump({"sdk": f"mcp {version('mcp')}", "timings": results}, sys.stdout)
 
 

@@ -224,12 +224,22 @@ class Idempotency:
 
     async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
         """S0-S3: a tools/call, before any tool handler runs."""
+        # The SDK validates the params inside call_next, before any handler runs, and
+        # answers malformed ones itself. A call without a key is the SDK's alone, so it
+        # is validated there, once; a keyed one is checked here first (well_formed), so
+        # that malformed params never claim a key nor get a rejection or a replay.
+        params = ctx.params if isinstance(ctx.params, Mapping) else {}
+        try:
+            key = key_of(params)
+        except MCPError:
+            if well_formed(ctx):
+                raise
+            return await call_next(ctx)  # the SDK's own error for malformed params; nothing runs
+        if key is None:
+            log.debug("no key: tool=%s", params.get("name"))
+            return await call_next(ctx)  # exactly what the server did before
         if not well_formed(ctx):
             return await call_next(ctx)  # the SDK's own error for malformed params; nothing runs
-        key = key_of(ctx.params)
-        if key is None:
-            log.debug("no key: tool=%s", ctx.params["name"])
-            return await call_next(ctx)  # exactly what the server did before
         fingerprint = rules.fingerprint(ctx.params["name"], ctx.params.get("arguments"))
         store_key = self.store_key(key)  # K2: this principal's key, computed once
         # P16: the store takes the key in one atomic step, or says which record holds it;
