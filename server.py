@@ -69,9 +69,10 @@ max_records = 10_000  # P9, --max-records: a flood of new keys costs at most thi
 clock = time.monotonic  # P8: tests move a fake clock instead of sleeping
 
 # P5: the SEP names no error code (S3a); -32602 is the seed prototype's. The code alone
-# cannot tell "retry shortly" (in progress, store full) from "never" (conflict, invalid
-# key), so a client branches on error.data.type.
+# cannot tell "retry shortly" from "never", so error.data says which (P5'): a client
+# branches on error.data.retryable and .type, never on the code or the message.
 ERROR_CODE = -32602
+RETRYABLE = {"idempotency_key_in_progress", "idempotency_store_full"}  # P5': the same request, sent later, may succeed
 MESSAGES = {
     "invalid_idempotency_key": f"idempotencyKey must be a string of 1 to {MAX_KEY_LENGTH} characters",
     "idempotency_key_conflict": "idempotencyKey was already used with a different tool or arguments",
@@ -99,8 +100,8 @@ class Record:
 _dedup_store: dict[tuple[str, str], Record] = {}
 
 def rejection(kind: str, key: str | None = None) -> McpError:
-    """P5: an idempotency rejection: -32602, and error.data.type for the client to branch on."""
-    data = {"type": kind} if key is None else {"type": kind, "idempotencyKey": key}
+    """P5, P5': an idempotency rejection: -32602, and error.data.type and .retryable to branch on."""
+    data = {"type": kind, "retryable": kind in RETRYABLE} | ({} if key is None else {"idempotencyKey": key})
     return McpError(types.ErrorData(code=ERROR_CODE, message=MESSAGES[kind], data=data))
 
 def key_of(request: types.CallToolRequest) -> str | None:

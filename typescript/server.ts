@@ -186,7 +186,7 @@ function fingerprint(params: CallParams): string {
   return createHash("sha256").update(canonical([params.name, params.arguments ?? {}])).digest("hex");
 }
 
-const ERROR_CODE = -32602; // P5: the code the Python servers use; clients branch on data.type
+const ERROR_CODE = -32602; // P5: the code the Python servers use; clients branch on data.type and data.retryable
 type RejectionType = "invalid_idempotency_key" | "idempotency_key_conflict" | "idempotency_key_in_progress"
   | "idempotency_store_full";
 const MESSAGES: Record<RejectionType, string> = {
@@ -195,11 +195,14 @@ const MESSAGES: Record<RejectionType, string> = {
   idempotency_key_in_progress: "a request with this idempotencyKey is still running; retry shortly",
   idempotency_store_full: "the server holds as many idempotency records as it can; retry later",
 };
+/** P5': the rejections after which the same request, sent again later, may succeed. */
+const RETRYABLE = new Set<RejectionType>(["idempotency_key_in_progress", "idempotency_store_full"]);
 
-/** P5: the JSON-RPC error for a rejection; an invalid key is described, not echoed (P2). Never recorded (P6). */
+/** P5, P5': the JSON-RPC error for a rejection; an invalid key is described, not echoed (P2). Never recorded (P6). */
 function rejection(type: RejectionType, key?: string, detail?: string) {
   const message = detail === undefined ? MESSAGES[type] : `${MESSAGES[type]}; ${detail}`;
-  return { code: ERROR_CODE, message, data: key === undefined ? { type } : { type, idempotencyKey: key } };
+  const retryable = RETRYABLE.has(type);
+  return { code: ERROR_CODE, message, data: key === undefined ? { type, retryable } : { type, retryable, idempotencyKey: key } };
 }
 
 /**

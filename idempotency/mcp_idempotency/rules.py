@@ -94,7 +94,8 @@ MAX_RECORDS = 10_000  # P9: a flood of unique keys costs at most this many recor
 
 # The code the seed prototype used, kept: the SEP names none (S3a). It is not the
 # whole answer, since in-progress, store-full and store-unavailable mean "retry" and the
-# other two "do not retry": a client branches on error.data.type, never the code.
+# other two "do not retry": error.data.retryable says which (P5'), and a client
+# branches on it and error.data.type, never on the code.
 ERROR_CODE = -32602
 
 INVALID_KEY = "invalid_idempotency_key"
@@ -111,6 +112,9 @@ MESSAGES = {
     STORE_UNAVAILABLE: "the idempotency store failed before this request's outcome was recorded; retry shortly",
 }
 
+# P5': the rejections after which the same request, sent again later, may succeed.
+RETRYABLE = {IN_PROGRESS, STORE_FULL, STORE_UNAVAILABLE}
+
 
 # P6': what a client is told when something unexpected escapes a keyed tool call; kept
 # like any outcome, so the key never stays running and every retry hears the same.
@@ -122,7 +126,9 @@ URL_ELICITATION_REQUIRED = -32042
 
 
 def rejection(kind: str, key: str | None = None, detail: str | None = None) -> dict[str, Any]:
-    """P5: the JSON-RPC error object for a rejection; an invalid key is not echoed (P2)."""
+    """P5, P5': the JSON-RPC error object for a rejection; an invalid key is not echoed (P2)."""
     message = MESSAGES[kind] if detail is None else f"{MESSAGES[kind]}; {detail}"
-    data = {"type": kind} if key is None else {"type": kind, "idempotencyKey": key}
+    data: dict[str, Any] = {"type": kind, "retryable": kind in RETRYABLE}
+    if key is not None:
+        data["idempotencyKey"] = key
     return {"code": ERROR_CODE, "message": message, "data": data}
