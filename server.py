@@ -208,9 +208,10 @@ server.request_handlers[types.CallToolRequest] = idempotent_call_tool
 
 # --- The capability, the SDK check, the command line ---
 def initialization_options():
-    """C1, P11: the initialize result advertises capabilities.tools.idempotency = {} (C2: no fields)."""
+    """C1, P11': the initialize result advertises capabilities.tools.idempotency, with its settings."""
     options = server.create_initialization_options()
-    options.capabilities.tools.idempotency = {}
+    # P11': the window in whole seconds, rounded down so no client counts on time not kept (1.5 s says 1).
+    options.capabilities.tools.idempotency = {"maxKeyLength": MAX_KEY_LENGTH, "retentionSeconds": int(retention)}
     return options
 
 def sdk_keeps_the_key() -> bool:

@@ -453,14 +453,18 @@ def check(id: str, name: str, severity: str, rows: list, needs: str = "main"):
 # --- C: the capability -------------------------------------------------------
 
 
-@check("capability-declared", "capabilities.tools.idempotency is {} where a client discovers it", "MUST",
+@check("capability-declared", "capabilities.tools.idempotency is an object where a client discovers it", "MUST",
        ["C1", "C2", "L1", "P11", "P14"])
 def capability_declared(server: Server) -> dict:
-    """A server that supports SEP-3182 declares capabilities.tools.idempotency as an empty object, in the
-    server/discover result (2026-07-28) or the initialize result (2025 handshake)."""
+    """A server that supports SEP-3182 declares capabilities.tools.idempotency as an object, in the
+    server/discover result (2026-07-28) or the initialize result (2025 handshake): empty, as the SEP has it
+    (C2), or with this project's settings (P11'), maxKeyLength and retentionSeconds, each a whole number."""
     tools = server.opening["capabilities"].get("tools") or {}
     expect("idempotency" in tools, f"capabilities.tools has no idempotency: {tools}")
-    expect(tools["idempotency"] == {}, f"capabilities.tools.idempotency is {tools['idempotency']!r}, not {{}}")
+    settings = tools["idempotency"]
+    expect(isinstance(settings, dict) and set(settings) <= {"maxKeyLength", "retentionSeconds"}
+           and all(type(value) is int and value >= 0 for value in settings.values()),
+           f"capabilities.tools.idempotency is {settings!r}, not {{}} or {{maxKeyLength, retentionSeconds}}")
     return {"revision": server.opening["revision"], "tools": tools}
 
 

@@ -134,11 +134,14 @@ function demoServer(): McpServer {
     { description: "Test helper: the ground truth, the balance and how many charges were applied.",
       annotations: { readOnlyHint: true } },
     () => ({ content: [{ type: "text", text: JSON.stringify(ledger) }] }));
-  // P11 (C1, C2): the SDK keeps an unknown capability on the server side, so the
-  // initialize result carries tools.idempotency = {} (its own client's schema drops it).
-  // The SDK's type for it knows only tools.listChanged, while its schema is loose and
-  // keeps other members at run time, as the initialize result shows: hence the cast.
-  server.server.registerCapabilities({ tools: { idempotency: {} } as ServerCapabilities["tools"] });
+  // P11 (C1), P11': the SDK keeps an unknown capability on the server side, so the
+  // initialize result carries tools.idempotency with its settings (its own client's schema
+  // drops it): the window in whole seconds, rounded down so that no client counts on time
+  // not kept (1.5 s advertises 1). The SDK's type for it knows only tools.listChanged, while
+  // its schema is loose and keeps other members at run time, as the initialize result
+  // shows: hence the cast.
+  const idempotency = { maxKeyLength: MAX_KEY_LENGTH, retentionSeconds: Math.floor(settings.retention) };
+  server.server.registerCapabilities({ tools: { idempotency } as ServerCapabilities["tools"] });
   return server;
 }
 

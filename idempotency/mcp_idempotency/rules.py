@@ -88,6 +88,12 @@ RETENTION_SECONDS = 24 * 60 * 60  # P8: Stripe's window; outlasts any client's r
 MAX_RECORDS = 10_000  # P9: a flood of unique keys costs at most this many records
 
 
+def capability(retention: float) -> dict[str, int]:
+    """P11': capabilities.tools.idempotency: the longest key taken, and the window in whole seconds."""
+    # Rounded down, so that no client counts on time the server does not keep: 1.5 s advertises 1.
+    return {"maxKeyLength": MAX_KEY_LENGTH, "retentionSeconds": int(retention)}
+
+
 # ----------------------------------------------------------------------------
 # P5: rejections on the wire
 # ----------------------------------------------------------------------------
