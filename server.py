@@ -37,7 +37,9 @@ log = logging.getLogger("idempotency")  # each decision, on stderr: stdout carri
 mcp = FastMCP("sep-3182-demo", log_level="WARNING")
 ledger = {"balance": 0, "charges": 0}
 charge_delay = 0.0  # --charge-delay: a slow payment processor, to catch a call in flight
-Amount = Annotated[float, Field(gt=0, multiple_of=1, strict=True)]  # P3: 100 = 100.0; "100" and true are none
+# P3: 100 = 100.0, and an integer is exact; a float from 2**53 on may be a rounded one (2**53 + 1.0 reads
+# as 2**53), so it is refused, never charged rounded. "100" and true are no amount (strict).
+Amount = Annotated[int, Field(gt=0, strict=True)] | Annotated[float, Field(gt=0, multiple_of=1, lt=2**53, strict=True)]
 
 async def charge(amount: Amount) -> str:
     """Apply one charge: the side effect that must not happen twice."""

@@ -112,7 +112,9 @@ async function charge(amount: number): Promise<CallToolResult> {
 }
 
 // P3, applied to the demo's tools as in mcp_idempotency/rules.py's Amount: a positive whole
-// number; 100 and 100.0 are one JSON number once parsed.
+// number; 100 and 100.0 are one JSON number once parsed. zod 4's int() takes safe integers
+// only, so an amount beyond 2^53, which JSON.parse has already rounded, is refused with or
+// without a key, never charged rounded.
 const amount = { amount: z.number().int().positive() };
 
 /** An McpServer with the demo's four tools and the capability (P11). */
@@ -180,6 +182,18 @@ function canonical(value: Json): string {
   if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
   return `{${Object.keys(value).sort().map((name) => `${JSON.stringify(name)}:${canonical(value[name])}`).join(",")}}`;
 }
+
+/**
+ * P3: integers compare exactly, and JSON.parse has rounded any beyond 2^53 (9007199254740993
+ * reads as 9007199254740992), so a keyed call holding an integer-valued number that is not a
+ * safe integer, anywhere in its arguments, is refused rather than compared rounded.
+ */
+function holdsUnsafeInteger(value: Json): boolean {
+  if (typeof value === "number") return Number.isInteger(value) && !Number.isSafeInteger(value);
+  if (value === null || typeof value !== "object") return false;
+  return (Array.isArray(value) ? value : Object.values(value)).some(holdsUnsafeInteger);
+}
+const UNSAFE_INTEGER = "arguments hold an integer beyond 2^53, which this server cannot compare exactly";
 
 /** P3 (E1-E6): a digest equal for two calls exactly when they name the same tool with equal arguments. */
 function fingerprint(params: CallParams): string {
@@ -325,6 +339,10 @@ class Idempotent<Inner extends Transport> implements Transport {
     if (problem !== null || typeof key !== "string") {
       log(`invalid key: ${problem}`);
       return this.reject(message, "invalid_idempotency_key", undefined, problem ?? undefined);
+    }
+    if (holdsUnsafeInteger(params.arguments ?? {})) { // P3: refused, not compared rounded; nothing recorded or run
+      log(`unsafe integer: key=${pythonRepr(key)}`);
+      return this.inner.send({ jsonrpc: "2.0", id: message.id, error: { code: ERROR_CODE, message: UNSAFE_INTEGER } });
     }
     const now = Date.now() / 1000;
     dropExpired(now);

@@ -67,13 +67,18 @@ def fingerprint(tool: str, arguments: dict[str, Any] | None) -> bytes:
 
 # P3, applied to the demo's tools: both servers' charge tools take 100 and 100.0
 # as the same amount, since they are the same request; a string or a boolean is
-# not an amount (strict), whatever it spells.
+# not an amount (strict), whatever it spells. An integer is held exactly, however
+# large; a float from 2^53 on may be a rounded integer (2^53 + 1.0 parses as 2^53),
+# so it is refused rather than charged as an amount nobody sent.
 
 
 def whole_positive(amount: int | float) -> int:
-    """A charge is a positive whole number of units."""
+    """A charge is a positive whole number of units, exactly as sent."""
     if amount <= 0 or (isinstance(amount, float) and not amount.is_integer()):
         raise ValueError(f"amount must be a positive whole number, not {amount!r}")
+    if isinstance(amount, float) and amount >= 2**53:
+        raise ValueError(f"amount {amount!r} is not exactly a whole number (a float from 2**53 on may be rounded); "
+                         "write it as an integer")
     return int(amount)
 
 
