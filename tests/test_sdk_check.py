@@ -280,6 +280,8 @@ BAD_OPTIONS = [
     pytest.param(("--retention", "-1"), id="retention-negative"),
     pytest.param(("--max-records", "0"), id="max-records-0"),
     pytest.param(("--charge-delay", "-1"), id="charge-delay-negative"),
+    pytest.param(("--lease", "0"), id="lease-0"),
+    pytest.param(("--lease", "nan"), id="lease-nan"),
 ]
 
 
@@ -297,6 +299,6 @@ def test_server_refuses_a_window_or_bound_that_is_not_positive(options):
 
 
 @pytest.mark.targets("2x-stdio", "2x-http")
-@pytest.mark.parametrize("options", [*BAD_OPTIONS, pytest.param(("--lease", "0"), id="lease-0")])
+@pytest.mark.parametrize("options", BAD_OPTIONS)
 def test_sdk2_server_refuses_a_window_or_bound_that_is_not_positive(options):
     refused_option(sdk2_python(), *SDK2_SERVER, options=options)
