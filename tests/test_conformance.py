@@ -17,7 +17,8 @@ ROW_IDS = (
     [f"W{n}" for n in range(1, 9)] + [f"C{n}" for n in range(1, 7)]
     + ["S0", "S1", "S1a", "S2", "S2a", "S2b", "S3", "S3a", "S3b", "S4", "S5", "S6"]
     + [f"E{n}" for n in range(1, 9)] + [f"R{n}" for n in range(1, 8)] + [f"K{n}" for n in range(1, 5)]
-    + [f"L{n}" for n in range(1, 8)] + ["A1"] + [f"P{n}" for n in range(1, 24)] + ["P5'", "P6'", "P8'", "P10'", "P10''", "P11'", "P12'"]
+    + [f"L{n}" for n in range(1, 8)] + ["A1"] + [f"P{n}" for n in range(1, 24)]
+    + ["P5'", "P6'", "P8'", "P10'", "P10''", "P11'", "P12'"]
 )
 TEST_REFERENCE = re.compile(r"`(test_\w+\.py)::(test_\w+)`")
 OTHER_CHECK = re.compile(r"`(interop/[\w.]+)`")
