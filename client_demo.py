@@ -199,11 +199,11 @@ class NotAdvertised(Exception):
 
 
 def relies_on_deduplication(initialized: types.InitializeResult) -> bool:
-    """C3, P11: read tools.idempotency from the initialize result before relying on keys."""
+    """C3, P11': read tools.idempotency, with its settings, from the initialize result before relying on keys."""
     tools = initialized.capabilities.tools
     advertised = (tools.model_extra or {}).get("idempotency") if tools else None
     say("client", f"initialize → capabilities.tools.idempotency = {json.dumps(advertised)}")
-    return advertised == {}
+    return isinstance(advertised, dict)
 
 
 @asynccontextmanager

@@ -1,9 +1,9 @@
 """SEP-3182 request idempotency in dispatch, on a FastMCP stdio server (mcp 1.x).
 
-Read it beside the SEP: the ledger and its tools, which know nothing of idempotency; then the
-dispatch layer in the SEP's order (key, fingerprint, claim, conflict, in progress, replay, what
-is kept, retention, bound), and the capability. The SEP numbers nothing: S2 (a rule of the SEP)
-and P4 (our position where it is silent) are this project's ids, from tests/CONFORMANCE.md.
+Read it beside the SEP: the ledger and its tools, which know nothing of idempotency; then the dispatch layer in
+the SEP's order (key, fingerprint, claim, conflict, in progress, lease, replay, what is kept, retention, bound),
+and the capability. S2 (a rule of the SEP, which numbers nothing) and P4 (our position where it is silent) are
+this project's ids, from tests/CONFORMANCE.md.
 """
 
 import argparse
@@ -13,13 +13,11 @@ import logging
 import math
 import sys
 import time
-from dataclasses import dataclass
 from importlib.metadata import version
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 try:
-    import anyio
-    import anyio.lowlevel
+    import anyio.lowlevel  # binds anyio too
     import mcp.types as types
     from mcp.server.fastmcp import FastMCP
     from mcp.server.stdio import stdio_server
@@ -32,18 +30,17 @@ except ImportError as missing:  # P12: no SDK, a broken one, or mcp 2.x (no Fast
              "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt")
 
 log = logging.getLogger("idempotency")  # each decision, on stderr: stdout carries the protocol
-
 # --- The ledger and its tools: no idempotency code here ---
 mcp = FastMCP("sep-3182-demo", log_level="WARNING")
 ledger = {"balance": 0, "charges": 0}
 charge_delay = 0.0  # --charge-delay: a slow payment processor, to catch a call in flight
-Amount = Annotated[float, Field(gt=0, multiple_of=1, strict=True)]  # P3: 100 = 100.0; "100" and true are none
+# P3: 100 = 100.0, an integer is exact; "100", true and a float from 2**53 on (2**53 + 1.0 is 2**53) are none
+Amount = Annotated[int, Field(gt=0, strict=True)] | Annotated[float, Field(gt=0, multiple_of=1, lt=2**53, strict=True)]
 
 async def charge(amount: Amount) -> str:
     """Apply one charge: the side effect that must not happen twice."""
     await anyio.sleep(charge_delay)
-    ledger["balance"] += int(amount)
-    ledger["charges"] += 1
+    ledger.update(balance=ledger["balance"] + int(amount), charges=ledger["charges"] + 1)
     return f"Charged {int(amount)}. New balance: {ledger['balance']}"
 
 # Two tools, one function: the name only labels the call the demo sends with a key.
@@ -66,12 +63,13 @@ def get_balance() -> dict[str, int]:
 MAX_KEY_LENGTH = 255  # P2: Stripe's limit; a UUID with any prefix a client adds fits
 retention = 24 * 60 * 60.0  # P8, --retention: Stripe's window, longer than any client's retry loop
 max_records = 10_000  # P9, --max-records: a flood of new keys costs at most this many records
+lease = 30.0  # P8', --lease: a run holds its key this long, so it must outlast any tool (the 2.x default)
 clock = time.monotonic  # P8: tests move a fake clock instead of sleeping
 
-# P5: the SEP names no error code (S3a); -32602 is the seed prototype's. The code alone
-# cannot tell "retry shortly" (in progress, store full) from "never" (conflict, invalid
-# key), so a client branches on error.data.type.
+# P5: the SEP names no error code (S3a); -32602 is the seed prototype's. It cannot tell "retry shortly" from "never",
+# so error.data says which (P5'): a client branches on error.data.retryable and .type, never on code or message.
 ERROR_CODE = -32602
+RETRYABLE = {"idempotency_key_in_progress", "idempotency_store_full"}  # P5': the same request, sent later, may succeed
 MESSAGES = {
     "invalid_idempotency_key": f"idempotencyKey must be a string of 1 to {MAX_KEY_LENGTH} characters",
     "idempotency_key_conflict": "idempotencyKey was already used with a different tool or arguments",
@@ -84,23 +82,20 @@ INTERNAL_ERROR = types.ErrorData(code=-32603, message="Internal error: the tool 
 # K2: records are scoped to the authorisation boundary that governs the call: on stdio, this
 # process's one client (P10''). A port to HTTP puts the caller's principal (issuer, subject) here.
 CLIENT = "this process's stdio client"
-
 Outcome = types.ServerResult | types.ErrorData  # what a tools/call handler answers: a result, or a JSON-RPC error
 
-@dataclass
-class Record:
+class Record(NamedTuple):
     """What the server keeps of one key: the request's fingerprint and, once it ran, its outcome."""
     fingerprint: bytes
-    outcome: Outcome | None = None  # None: still running
-    expires_at: float = math.inf  # P8: the window opens when the outcome is recorded
+    outcome: Outcome | None  # None: still running
+    expires_at: float  # running: its lease's end (P8'); completed: its window's end, from the completion (P8)
 
-# (scope, key) -> Record: running records, and completed ones in the order they
-# completed, which (one window for all) is the order they expire in.
+# (scope, key) -> Record: running ones, and completed ones in completion order: one window, so expiry order.
 _dedup_store: dict[tuple[str, str], Record] = {}
 
 def rejection(kind: str, key: str | None = None) -> McpError:
-    """P5: an idempotency rejection: -32602, and error.data.type for the client to branch on."""
-    data = {"type": kind} if key is None else {"type": kind, "idempotencyKey": key}
+    """P5, P5': an idempotency rejection: -32602, and error.data.type and .retryable to branch on."""
+    data = {"type": kind, "retryable": kind in RETRYABLE} | ({} if key is None else {"idempotencyKey": key})
     return McpError(types.ErrorData(code=ERROR_CODE, message=MESSAGES[kind], data=data))
 
 def key_of(request: types.CallToolRequest) -> str | None:
@@ -133,7 +128,7 @@ def forget_expired() -> None:
     now, expired = clock(), []
     for scoped_key, record in _dedup_store.items():
         if record.outcome is None:
-            continue  # still running: it has no window yet, and never expires (S1)
+            continue  # still running: it has no window yet; its lease only lets the same request take over (P8')
         if record.expires_at > now:
             break  # completed records come in expiry order: every later one is younger
         expired.append(scoped_key)
@@ -141,42 +136,43 @@ def forget_expired() -> None:
         del _dedup_store[scoped_key]
 
 def claim(scoped_key: tuple[str, str], fingerprint: bytes, tool: str) -> None:
-    """S0, P4: record the key as running, with its request's fingerprint, before the tool starts."""
-    if len(_dedup_store) >= max_records:  # R6, P9: refuse rather than run without the guarantee
+    """S0, P4, P8': record the key as running, with its request's fingerprint and lease, before the tool starts."""
+    if scoped_key not in _dedup_store and len(_dedup_store) >= max_records:  # R6, P9: refuse, never run unguarded
         log.debug("store full: key=%r", scoped_key[1])
         raise rejection("idempotency_store_full", scoped_key[1])
-    _dedup_store[scoped_key] = Record(fingerprint)
+    _dedup_store[scoped_key] = Record(fingerprint, None, clock() + lease)
     log.debug("claimed: key=%r tool=%s", scoped_key[1], tool)
 
-async def outcome_of(request: types.CallToolRequest) -> Outcome:
-    """P6': what FastMCP's tools/call handler produced: a result (isError too) or a JSON-RPC error."""
-    try:
-        return await call_tool(request)
-    except McpError as error:
-        return error.error
-    except Exception:  # P6': kept as an internal error, so the key never stays running
-        log.exception("the tool call failed unexpectedly")
-        return INTERNAL_ERROR
-
-def record(scoped_key: tuple[str, str], outcome: Outcome) -> None:
-    """S2, P6', P8: keep the outcome for replay and open its window; or, for -32042, release the key."""
+def record(scoped_key: tuple[str, str], fingerprint: bytes, outcome: Outcome) -> None:
+    """S2, P6', P8, P8': keep the outcome for replay and open its window; or, for -32042, release the key."""
+    claimed = _dedup_store.get(scoped_key)
+    if claimed is None or claimed.outcome is not None or claimed.fingerprint != fingerprint:
+        # P8': of two runs of one request (past its lease, and the takeover) the first to complete is kept; the
+        # later one's caller gets its own outcome, unrecorded, its side effect not undone (no 2.x transaction here).
+        log.debug("not recorded: key=%r, another run completed first", scoped_key[1])
+        return
+    del _dedup_store[scoped_key]  # released, or in again at the back: completion order is expiry order
     if isinstance(outcome, types.ErrorData) and outcome.code == URL_ELICITATION_REQUIRED:
         # P6': this outcome asks for the same request again once the user is done in the
         # browser; kept, it would answer that retry for 24 hours. So the claim is released.
-        del _dedup_store[scoped_key]
         log.debug("released: key=%r (URL elicitation required)", scoped_key[1])
         return
-    claimed = _dedup_store.pop(scoped_key)  # then in again at the back: completion order is expiry order
-    _dedup_store[scoped_key] = Record(claimed.fingerprint, outcome, clock() + retention)
+    _dedup_store[scoped_key] = Record(fingerprint, outcome, clock() + retention)
     log.debug("recorded: key=%r", scoped_key[1])
 
 async def run_once(scoped_key: tuple[str, str], fingerprint: bytes, request: types.CallToolRequest) -> Outcome:
-    """S0, P7: claim the key, run the tool to completion whatever the client does, keep the outcome."""
+    """S0, P6', P7: claim the key, run the tool to completion whatever the client does, keep the outcome."""
     claim(scoped_key, fingerprint, request.params.name)
     # P7: a cancel or a vanished client must not stop a keyed run half way (a key left running, a charge unrecorded).
     with anyio.CancelScope(shield=True):
-        outcome = await outcome_of(request)
-    record(scoped_key, outcome)
+        try:  # P6': what FastMCP's tools/call handler produced: a result (isError too) or a JSON-RPC error
+            outcome = await call_tool(request)
+        except McpError as error:
+            outcome = error.error
+        except Exception:  # P6': kept as an internal error, so the key never stays running
+            log.exception("the tool call failed unexpectedly")
+            outcome = INTERNAL_ERROR
+    record(scoped_key, fingerprint, outcome)
     await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel that came meanwhile, now the outcome is safe
     return outcome  # the SDK answers a result as a result, an ErrorData as a JSON-RPC error
 
@@ -193,9 +189,11 @@ async def idempotent_call_tool(request: types.CallToolRequest) -> Outcome:
     if found.fingerprint != requested:  # S3; P4: checked first, so a conflict even while the original runs
         log.debug("conflict: key=%r tool=%s", key, request.params.name)
         raise rejection("idempotency_key_conflict", key)
-    if found.outcome is None:  # S1: a second run is refused at once, never queued
+    if found.outcome is None and clock() < found.expires_at:  # S1: a second run is refused at once, never queued
         log.debug("in progress: key=%r", key)
         raise rejection("idempotency_key_in_progress", key)
+    if found.outcome is None:  # P8': past its lease (a hung tool), the key is the same request's to run again
+        return await run_once(scoped_key, requested, request)  # a hung key traded for a possible second run
     log.debug("replayed: key=%r", key)  # S2: the original outcome, success or error, as it was
     return found.outcome
 
@@ -207,9 +205,10 @@ server.request_handlers[types.CallToolRequest] = idempotent_call_tool
 
 # --- The capability, the SDK check, the command line ---
 def initialization_options():
-    """C1, P11: the initialize result advertises capabilities.tools.idempotency = {} (C2: no fields)."""
+    """C1, P11': the initialize result advertises capabilities.tools.idempotency, with its settings."""
     options = server.create_initialization_options()
-    options.capabilities.tools.idempotency = {}
+    # P11': the window in whole seconds, rounded down so no client counts on time not kept (1.5 s says 1).
+    options.capabilities.tools.idempotency = {"maxKeyLength": MAX_KEY_LENGTH, "retentionSeconds": int(retention)}
     return options
 
 def sdk_keeps_the_key() -> bool:
@@ -227,22 +226,24 @@ async def serve() -> None:
 
 def main() -> None:
     """Check the SDK, read the options, serve on stdio."""
-    global retention, max_records, charge_delay
+    global retention, max_records, charge_delay, lease
     if not sdk_keeps_the_key():
         sys.exit(f"mcp {version('mcp')} does not keep idempotencyKey in tools/call params, so nothing would be "
                  "deduplicated; install the 1.x SDK this demo pins: pip install -r requirements.txt")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--retention", type=float, default=retention, help="P8: seconds a key is kept (24 h)")
     parser.add_argument("--max-records", type=int, default=max_records, help="P9: records at most (10,000)")
+    parser.add_argument("--lease", type=float, default=lease, help="P8': seconds a run holds its key (30)")
     parser.add_argument("--charge-delay", type=float, default=0.0, help="seconds a charge takes (0)")
     parser.add_argument("--verbose", action="store_true", help="log each idempotency decision on stderr")
     args = parser.parse_args()
-    if not (0 < args.retention < math.inf and args.max_records > 0 and 0 <= args.charge_delay < math.inf):
-        parser.error("--retention and --max-records must be above 0 (0 voids the guarantee), --charge-delay >= 0")
-    retention, max_records, charge_delay = args.retention, args.max_records, args.charge_delay
+    if not (0 < args.retention < math.inf and 0 < args.lease < math.inf and args.max_records > 0
+            and 0 <= args.charge_delay < math.inf):
+        parser.error("--retention, --lease, --max-records must be above 0 (0 voids the guarantee), --charge-delay >= 0")
+    retention, max_records, charge_delay, lease = args.retention, args.max_records, args.charge_delay, args.lease
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s", force=True)
     log.setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    log.info("serving: retention %gs, at most %d records, charge delay %gs", retention, max_records, charge_delay)
+    log.info("serving: retention %gs, lease %gs, at most %d records", retention, lease, max_records)
     anyio.run(serve)
 
 if __name__ == "__main__":

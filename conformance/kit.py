@@ -46,6 +46,13 @@ CONFLICT = "idempotency_key_conflict"
 IN_PROGRESS = "idempotency_key_in_progress"
 STORE_FULL = "idempotency_store_full"
 INVALID_PARAMS = -32602
+# P5': whether the same request, sent again later, may succeed; every rejection's error.data says.
+RETRYABLE = {INVALID_KEY: False, CONFLICT: False, IN_PROGRESS: True, STORE_FULL: True}
+
+
+def rejection_data(kind: str, key: str) -> dict:
+    """P5, P5': the error.data of this project's rejection of `key`: its type, whether to retry, the key."""
+    return {"type": kind, "retryable": RETRYABLE[kind], "idempotencyKey": key}
 
 
 class Failed(Exception):
@@ -446,14 +453,18 @@ def check(id: str, name: str, severity: str, rows: list, needs: str = "main"):
 # --- C: the capability -------------------------------------------------------
 
 
-@check("capability-declared", "capabilities.tools.idempotency is {} where a client discovers it", "MUST",
+@check("capability-declared", "capabilities.tools.idempotency is an object where a client discovers it", "MUST",
        ["C1", "C2", "L1", "P11", "P14"])
 def capability_declared(server: Server) -> dict:
-    """A server that supports SEP-3182 declares capabilities.tools.idempotency as an empty object, in the
-    server/discover result (2026-07-28) or the initialize result (2025 handshake)."""
+    """A server that supports SEP-3182 declares capabilities.tools.idempotency as an object, in the
+    server/discover result (2026-07-28) or the initialize result (2025 handshake): empty, as the SEP has it
+    (C2), or with this project's settings (P11'), maxKeyLength and retentionSeconds, each a whole number."""
     tools = server.opening["capabilities"].get("tools") or {}
     expect("idempotency" in tools, f"capabilities.tools has no idempotency: {tools}")
-    expect(tools["idempotency"] == {}, f"capabilities.tools.idempotency is {tools['idempotency']!r}, not {{}}")
+    settings = tools["idempotency"]
+    expect(isinstance(settings, dict) and set(settings) <= {"maxKeyLength", "retentionSeconds"}
+           and all(type(value) is int and value >= 0 for value in settings.values()),
+           f"capabilities.tools.idempotency is {settings!r}, not {{}} or {{maxKeyLength, retentionSeconds}}")
     return {"revision": server.opening["revision"], "tools": tools}
 
 
@@ -538,7 +549,7 @@ def conflict_problem(response: dict, key: str) -> str | None:
     """Why `response` is not the conflict the SEP describes (S3b) with this project's code (P5)."""
     if "error" not in response:
         return f"not rejected: {response}"
-    if response["error"].get("data") != {"type": CONFLICT, "idempotencyKey": key}:
+    if response["error"].get("data") != rejection_data(CONFLICT, key):
         return f"error.data is {response['error'].get('data')!r}"
     return None
 
@@ -557,7 +568,8 @@ def conflict_rejected(server: Server) -> dict:
     expect("error" in changed, f"the changed request was not rejected: {changed}")
 
 
-@check("conflict-error-data", "a conflict carries error.data {type: idempotency_key_conflict, idempotencyKey}",
+@check("conflict-error-data", "a conflict carries error.data {type: idempotency_key_conflict, retryable: false, "
+       "idempotencyKey}",
        "SHOULD", ["S3b", "P5"])
 def conflict_error_data(server: Server) -> dict:
     key = new_key()
@@ -830,10 +842,10 @@ def in_flight_duplicate_rejected_at_once(server: Server) -> dict:
 
 
 @check("in-progress-error-data", "the in-progress error carries error.data {type: idempotency_key_in_progress, "
-       "idempotencyKey}", "SHOULD", ["S1a", "P5"], needs="slow")
+       "retryable: true, idempotencyKey}", "SHOULD", ["S1a", "P5"], needs="slow")
 def in_progress_error_data(server: Server) -> dict:
     _, duplicate, _, key, _ = overlapping(server, 100, 100)
-    expect(duplicate.get("error", {}).get("data") == {"type": IN_PROGRESS, "idempotencyKey": key},
+    expect(duplicate.get("error", {}).get("data") == rejection_data(IN_PROGRESS, key),
            f"the duplicate's answer: {duplicate}")
 
 
@@ -902,7 +914,7 @@ def store_bound(server: Server) -> dict:
     else:
         raise Failed(f"{server.options.max_records + 1} new keys were all accepted")
     shaped = answer["error"] == {**answer["error"], "code": INVALID_PARAMS,
-                                 "data": {"type": STORE_FULL, "idempotencyKey": key}}  # P5
+                                 "data": rejection_data(STORE_FULL, key)}  # P5, P5'
     before = server.count()
     replay = server.charge(100, stored[0][0]) if stored else None
     expect(replay is None or replay.get("result") == stored[0][1]["result"], "a stored key did not replay while full")

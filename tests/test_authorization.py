@@ -138,7 +138,7 @@ def test_another_principal_sending_a_used_key_gets_exactly_what_it_gets_had_nobo
     assert text_of(other_arguments).startswith("Charged 70.")
     assert text_of(while_running).startswith("Charged 50.")
     # P9 counts every principal's records: Alice's filled the bound, in both worlds alike.
-    assert error_type(full) == STORE_FULL and full["error"]["data"]["idempotencyKey"] == BOBS_KEYS[3]
+    assert full["error"]["data"] == {"type": STORE_FULL, "retryable": True, "idempotencyKey": BOBS_KEYS[3]}
     assert seen["claimed", BOBS_KEYS[0]] == seen["claimed", BOBS_KEYS[2]] == 2  # Alice's, then Bob's own
     assert seen["claimed", BOBS_KEYS[3]] == seen["store full", BOBS_KEYS[3]] == 1  # Alice's; Bob's refused
     assert seen["replayed", BOBS_KEYS[0]] == 1 and seen["conflict", BOBS_KEYS[0]] == 1  # both his own

@@ -18,6 +18,10 @@ running at once, yet fencing keeps it to one charge (the original's completion i
 refused and its charge rolled back); one an hour behind keeps a dead call's key in
 progress long after its lease; one ahead drops a key recorded by one behind before its
 window closes, and runs it again.
+
+Those wait out real leases and windows (the slow set); the first test below is the quick
+one, which waits for nothing: an instance two hours ahead of another neither takes over
+its running call nor forgets its record, as it would if either were read on its own clock.
 """
 
 import time
@@ -27,7 +31,7 @@ import pytest
 
 from wire import IN_PROGRESS, REPLY_TIMEOUT, error_type, start, text_of
 
-pytestmark = [pytest.mark.targets("2x-http"), pytest.mark.slow]
+pytestmark = pytest.mark.targets("2x-http")
 
 FAULTS = Path(__file__).resolve().parent / "faults"
 HOUR = 3600
@@ -61,6 +65,22 @@ def skewed(monkeypatch):
 # ----------------------------------------------------------------------------
 
 
+def test_postgres_instance_two_hours_ahead_neither_takes_over_a_running_call_nor_forgets_its_record(
+        postgres_url, skewed):
+    """Read on the instances' clocks, B would find A's lease (30 s) and window (10 min) two hours gone."""
+    a = skewed(-HOUR, "--store", postgres_url, "--lease", "30", "--retention", "600", "--charge-delay", "2")
+    b = skewed(+HOUR, "--store", postgres_url, "--lease", "30", "--retention", "600")
+
+    call = a.send_call("charge_guarded", {"amount": 100}, key="order-1")
+    a.wait_for_log("claimed: key='order-1'")
+    assert error_type(b.charge(100, key="order-1")) == IN_PROGRESS  # the lease holds, on the database's clock
+    original = a.reply(call)
+    assert text_of(original) == "Charged 100. New balance: 100"
+    assert b.charge(100, key="order-1")["result"] == original["result"]  # and so does the window
+    assert b.ledger() == {"balance": 100, "charges": 1}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("a_offset", "b_offset"), SKEWS)
 def test_postgres_lease_of_a_killed_call_lasts_its_length_in_real_time_whatever_the_instances_clocks(
         postgres_url, skewed, a_offset, b_offset):
@@ -92,6 +112,7 @@ def test_postgres_lease_of_a_killed_call_lasts_its_length_in_real_time_whatever_
     assert b.ledger() == {"balance": 100, "charges": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("a_offset", "b_offset"), SKEWS)
 def test_postgres_key_recorded_on_one_instance_replays_on_another_for_the_retention_window_in_real_time(
         postgres_url, skewed, a_offset, b_offset):
@@ -121,6 +142,7 @@ def sqlite_store(tmp_path) -> str:
     return f"sqlite:{tmp_path / 'store.db'}"
 
 
+@pytest.mark.slow
 def test_sqlite_instance_an_hour_ahead_takes_over_a_running_call_at_once_yet_fencing_charges_once(
         sqlite_store, skewed):
     a = skewed(-HOUR, "--store", sqlite_store, "--charge-delay", "2")  # the default lease: 30 s
@@ -139,6 +161,7 @@ def test_sqlite_instance_an_hour_ahead_takes_over_a_running_call_at_once_yet_fen
     assert a.charge(100, key="order-3")["result"] == taken["result"]  # A now replays B's outcome
 
 
+@pytest.mark.slow
 def test_sqlite_instance_an_hour_behind_keeps_a_dead_calls_key_in_progress_past_its_lease(sqlite_store, skewed):
     a = skewed(+HOUR, "--store", sqlite_store, "--lease", str(LEASE), SEP3182_KILL_AT="after-charge")
     b = skewed(-HOUR, "--store", sqlite_store, "--lease", str(LEASE))
@@ -151,6 +174,7 @@ def test_sqlite_instance_an_hour_behind_keeps_a_dead_calls_key_in_progress_past_
     assert b.ledger() == {"balance": 0, "charges": 0}
 
 
+@pytest.mark.slow
 def test_sqlite_instance_an_hour_ahead_forgets_a_key_recorded_by_one_behind_inside_its_window(
         sqlite_store, skewed):
     a = skewed(-HOUR, "--store", sqlite_store, "--retention", str(HOUR))

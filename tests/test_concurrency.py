@@ -74,7 +74,7 @@ def test_in_progress_rejection_arrives_while_the_original_still_runs(spawn):
     duplicate = wire.send_call("charge_guarded", {"amount": 100}, key="order-3")
     rejected = wire.reply(duplicate)
     assert rejected["error"]["code"] == -32602  # P5: the shape a client branches on (S1a)
-    assert rejected["error"]["data"] == {"type": IN_PROGRESS, "idempotencyKey": "order-3"}
+    assert rejected["error"]["data"] == {"type": IN_PROGRESS, "retryable": True, "idempotencyKey": "order-3"}
     assert answered_before(wire, original, "order-3")
     assert text_of(wire.reply(original)) == "Charged 100. New balance: 100"
     assert wire.ledger() == {"balance": 100, "charges": 1}

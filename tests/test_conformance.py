@@ -12,12 +12,13 @@ import pytest
 HERE = Path(__file__).resolve().parent
 TABLE = (HERE / "CONFORMANCE.md").read_text(encoding="utf-8")
 
-# The rows of the SEP summary (section A) and the positions (sections B, B.2 and B.3).
+# The rows of the SEP summary (section A) and the positions (sections B, B.2, B.3, and B.4 as built).
 ROW_IDS = (
     [f"W{n}" for n in range(1, 9)] + [f"C{n}" for n in range(1, 7)]
     + ["S0", "S1", "S1a", "S2", "S2a", "S2b", "S3", "S3a", "S3b", "S4", "S5", "S6"]
     + [f"E{n}" for n in range(1, 9)] + [f"R{n}" for n in range(1, 8)] + [f"K{n}" for n in range(1, 5)]
-    + [f"L{n}" for n in range(1, 8)] + ["A1"] + [f"P{n}" for n in range(1, 24)] + ["P6'", "P10'", "P10''", "P12'"]
+    + [f"L{n}" for n in range(1, 8)] + ["A1"] + [f"P{n}" for n in range(1, 24)]
+    + ["P5'", "P6'", "P8'", "P10'", "P10''", "P11'", "P12'"]
 )
 TEST_REFERENCE = re.compile(r"`(test_\w+\.py)::(test_\w+)`")
 OTHER_CHECK = re.compile(r"`(interop/[\w.]+)`")

@@ -52,7 +52,7 @@ def test_invalid_key_is_refused_before_the_tool_runs(shared_wire, bad_key):
     response = shared_wire.charge(100, key=bad_key)
 
     assert response["error"]["code"] == -32602
-    assert error_type(response) == INVALID_KEY
+    assert response["error"]["data"] == {"type": INVALID_KEY, "retryable": False}  # P5': never worth resending
     assert charges(shared_wire) == before  # nothing ran
     # One log line for the one decision; no "claimed" or "recorded": nothing was claimed.
     assert decisions(shared_wire.log()[log_seen:]) == ["invalid key"]

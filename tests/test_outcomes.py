@@ -32,7 +32,7 @@ def test_changed_retry_of_a_recorded_outcome_is_a_conflict(shared_wire, original
     response = shared_wire.call(*changed, key)
 
     assert response["error"]["code"] == -32602
-    assert response["error"]["data"] == {"type": CONFLICT, "idempotencyKey": key}
+    assert response["error"]["data"] == {"type": CONFLICT, "retryable": False, "idempotencyKey": key}
     assert shared_wire.ledger() == before
 
 
@@ -116,7 +116,7 @@ def test_different_arguments_while_the_original_runs_is_a_conflict_not_in_progre
 
     changed = wire.charge(200, key=key)
 
-    assert changed["error"]["data"] == {"type": CONFLICT, "idempotencyKey": key}
+    assert changed["error"]["data"] == {"type": CONFLICT, "retryable": False, "idempotencyKey": key}
     assert not wire.answered(original_id)  # answered at once, while the original was still running
     assert wire.reply(original_id)["result"]["isError"] is False
     assert wire.ledger() == {"balance": 100, "charges": 1}

@@ -1,4 +1,5 @@
-"""P8 (records live for a bounded window) and P9 (the store holds a bounded number of them).
+"""P8 (records live for a bounded window), P8' (a running record holds its key for a bounded
+lease) and P9 (the store holds a bounded number of them).
 
 The end-to-end rows on every target (a one-second window, a bound of three) are the
 conformance kit's, run by test_kit.py::test_kit_retention_and_bound_rows_pass_on_every_target:
@@ -6,13 +7,15 @@ one body of checks. The tests here run server.py in this process and move its fa
 clock instead of sleeping; tests/test_store.py does the same for the 2.x server's stores.
 """
 
+import time
+
 import anyio
 import pytest
 from mcp.shared.exceptions import McpError
 
 from client_demo import call_tool, text
 from conftest import in_process_session, stored_keys
-from wire import IN_PROGRESS, REPLY_TIMEOUT, STORE_FULL
+from wire import CONFLICT, IN_PROGRESS, REPLY_TIMEOUT, STORE_FULL, error_type, text_of
 
 HOLD = 0.5  # seconds a charge takes while a test needs one in flight
 
@@ -96,15 +99,42 @@ async def test_store_keeps_only_the_records_inside_the_window(dedup):
 
 @pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
-async def test_running_record_never_expires(dedup, monkeypatch):
-    """A call still charging when its window would have passed keeps its key: the duplicate is in progress."""
+async def test_running_record_is_not_dropped_when_a_window_would_have_passed(dedup, monkeypatch):
+    """A call still charging keeps its record: a window opens only at its completion (P8)."""
     monkeypatch.setattr(dedup, "charge_delay", HOLD)
+    monkeypatch.setattr(dedup, "lease", dedup.retention * 2)  # the lease, not the window, bounds a run (P8')
     async with in_process_session(dedup) as session, anyio.create_task_group() as calls:
         calls.start_soon(charge_with_key, session, "order-1")
         await claimed(dedup, "order-1")
         dedup.clock.advance(dedup.retention + 1)
         assert await rejection_of(session, "order-1") == IN_PROGRESS
     assert dedup.ledger == {"balance": 100, "charges": 1}
+
+
+LEASE, SLOW = 1.5, 4.0  # P8': a lease the slow charge outlasts
+
+
+@pytest.mark.targets("1x-stdio")
+def test_running_record_past_its_lease_is_taken_over_by_the_same_request(spawn):
+    """P8': a run that outlasts its lease (a hung tool) holds its key no longer against the same request,
+    which runs again; other arguments are still a conflict. The first run to complete is what is replayed;
+    the later one's caller gets its own outcome, and its charge stands: the price of the bound."""
+    wire = spawn("--lease", str(LEASE), "--charge-delay", str(SLOW))
+    original = wire.send_call("charge_guarded", {"amount": 100}, "order-1")
+    wire.wait_for_log("claimed: key='order-1'")
+    claimed_at = time.monotonic()
+    assert error_type(wire.charge(100, key="order-1")) == IN_PROGRESS  # inside its lease (S1)
+
+    time.sleep(max(0.0, claimed_at + LEASE + 0.2 - time.monotonic()))
+    assert error_type(wire.charge(200, key="order-1")) == CONFLICT  # past it, other arguments still conflict
+    takeover = wire.send_call("charge_guarded", {"amount": 100}, "order-1")  # the same request: it runs again
+
+    assert text_of(wire.reply(original)) == "Charged 100. New balance: 100"  # completes first: recorded
+    assert text_of(wire.reply(takeover)) == "Charged 100. New balance: 200"  # its own outcome, not recorded
+    assert wire.log().count("claimed: key='order-1'") == 2
+    assert "not recorded: key='order-1', another run completed first" in wire.log()
+    assert text_of(wire.charge(100, key="order-1")) == "Charged 100. New balance: 100"  # the first one's replay
+    assert wire.ledger() == {"balance": 200, "charges": 2}  # the second run's charge is not undone
 
 
 @pytest.mark.targets("1x-stdio")
@@ -120,6 +150,26 @@ async def test_expired_records_behind_a_running_one_are_still_dropped(dedup, mon
         dedup.clock.advance(dedup.retention + 1)
         await charge_with_key(session, "latest")
         assert stored_keys(dedup) == ["running", "latest"]
+
+
+@pytest.mark.targets("1x-stdio")
+@pytest.mark.anyio
+async def test_a_key_claimed_first_and_completed_last_expires_last(dedup, monkeypatch):
+    """Records expire in completion order, not claim order: A is claimed before B but completes after it,
+    so once B's window has passed and A's has not, B runs anew and A still replays."""
+    monkeypatch.setattr(dedup, "charge_delay", HOLD)
+    async with in_process_session(dedup) as session:
+        async with anyio.create_task_group() as calls:
+            calls.start_soon(charge_with_key, session, "order-a")  # claimed first, slow
+            await claimed(dedup, "order-a")
+            monkeypatch.setattr(dedup, "charge_delay", 0)
+            assert await charge_with_key(session, "order-b", 1) == "Charged 1. New balance: 1"  # completes first
+            dedup.clock.advance(dedup.retention / 2)  # A completes half a window after B
+        assert stored_keys(dedup) == ["order-b", "order-a"]
+        dedup.clock.advance(dedup.retention / 2 + 1)  # past B's window, inside A's
+        assert await charge_with_key(session, "order-b", 1) == "Charged 1. New balance: 102"  # B runs anew
+        assert await charge_with_key(session, "order-a") == "Charged 100. New balance: 101"  # A replays
+    assert dedup.ledger == {"balance": 102, "charges": 3}
 
 
 # P9: the bound on the store

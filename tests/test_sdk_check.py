@@ -23,9 +23,17 @@ from wire import REPLY_TIMEOUT, ROOT, SDK2_SERVER, SERVER, sdk2_python
 # ----------------------------------------------------------------------------
 
 
+SETTINGS = {"maxKeyLength": 255, "retentionSeconds": 86400}  # P11': the default window, a day
+
+
 def test_capability_is_advertised_on_the_wire(wire):
-    """P11 on 1.x (the initialize result), P14 on 2.x (the server/discover result): exactly {} (C1, C2)."""
-    assert wire.capabilities["tools"]["idempotency"] == {}
+    """P11 on 1.x (the initialize result), P14 on 2.x (the server/discover result), with P11' settings."""
+    assert wire.capabilities["tools"]["idempotency"] == SETTINGS
+
+
+def test_capability_advertises_the_window_set_at_start_in_whole_seconds_rounded_down(spawn):
+    """P11': --retention 1.5 keeps a key a second and a half, and promises a client one second of it."""
+    assert spawn("--retention", "1.5").capabilities["tools"]["idempotency"] == {**SETTINGS, "retentionSeconds": 1}
 
 
 @pytest.mark.targets("2x-http")
@@ -35,14 +43,14 @@ def test_initialize_result_advertises_it_too_for_a_2025_client(wire):
     initialized = wire.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
                                               "clientInfo": {"name": "wire", "version": "1"}})
     assert initialized["result"]["protocolVersion"] == "2025-11-25"
-    assert initialized["result"]["capabilities"]["tools"]["idempotency"] == {}
+    assert initialized["result"]["capabilities"]["tools"]["idempotency"] == SETTINGS
 
 
 @pytest.mark.targets("1x-stdio")
 @pytest.mark.anyio
 async def test_sdk_client_reads_the_idempotency_capability():
     async with sdk_session() as session:
-        assert session.initialize_result.capabilities.tools.model_extra == {"idempotency": {}}
+        assert session.initialize_result.capabilities.tools.model_extra == {"idempotency": SETTINGS}
 
 
 # ----------------------------------------------------------------------------
@@ -272,6 +280,8 @@ BAD_OPTIONS = [
     pytest.param(("--retention", "-1"), id="retention-negative"),
     pytest.param(("--max-records", "0"), id="max-records-0"),
     pytest.param(("--charge-delay", "-1"), id="charge-delay-negative"),
+    pytest.param(("--lease", "0"), id="lease-0"),
+    pytest.param(("--lease", "nan"), id="lease-nan"),
 ]
 
 
@@ -289,6 +299,6 @@ def test_server_refuses_a_window_or_bound_that_is_not_positive(options):
 
 
 @pytest.mark.targets("2x-stdio", "2x-http")
-@pytest.mark.parametrize("options", [*BAD_OPTIONS, pytest.param(("--lease", "0"), id="lease-0")])
+@pytest.mark.parametrize("options", BAD_OPTIONS)
 def test_sdk2_server_refuses_a_window_or_bound_that_is_not_positive(options):
     refused_option(sdk2_python(), *SDK2_SERVER, options=options)

@@ -112,7 +112,9 @@ async function charge(amount: number): Promise<CallToolResult> {
 }
 
 // P3, applied to the demo's tools as in mcp_idempotency/rules.py's Amount: a positive whole
-// number; 100 and 100.0 are one JSON number once parsed.
+// number; 100 and 100.0 are one JSON number once parsed. zod 4's int() takes safe integers
+// only, so an amount beyond 2^53, which JSON.parse has already rounded, is refused with or
+// without a key, never charged rounded.
 const amount = { amount: z.number().int().positive() };
 
 /** An McpServer with the demo's four tools and the capability (P11). */
@@ -134,11 +136,14 @@ function demoServer(): McpServer {
     { description: "Test helper: the ground truth, the balance and how many charges were applied.",
       annotations: { readOnlyHint: true } },
     () => ({ content: [{ type: "text", text: JSON.stringify(ledger) }] }));
-  // P11 (C1, C2): the SDK keeps an unknown capability on the server side, so the
-  // initialize result carries tools.idempotency = {} (its own client's schema drops it).
-  // The SDK's type for it knows only tools.listChanged, while its schema is loose and
-  // keeps other members at run time, as the initialize result shows: hence the cast.
-  server.server.registerCapabilities({ tools: { idempotency: {} } as ServerCapabilities["tools"] });
+  // P11 (C1), P11': the SDK keeps an unknown capability on the server side, so the
+  // initialize result carries tools.idempotency with its settings (its own client's schema
+  // drops it): the window in whole seconds, rounded down so that no client counts on time
+  // not kept (1.5 s advertises 1). The SDK's type for it knows only tools.listChanged, while
+  // its schema is loose and keeps other members at run time, as the initialize result
+  // shows: hence the cast.
+  const idempotency = { maxKeyLength: MAX_KEY_LENGTH, retentionSeconds: Math.floor(settings.retention) };
+  server.server.registerCapabilities({ tools: { idempotency } as ServerCapabilities["tools"] });
   return server;
 }
 
@@ -178,6 +183,18 @@ function canonical(value: Json): string {
   return `{${Object.keys(value).sort().map((name) => `${JSON.stringify(name)}:${canonical(value[name])}`).join(",")}}`;
 }
 
+/**
+ * P3: integers compare exactly, and JSON.parse has rounded any beyond 2^53 (9007199254740993
+ * reads as 9007199254740992), so a keyed call holding an integer-valued number that is not a
+ * safe integer, anywhere in its arguments, is refused rather than compared rounded.
+ */
+function holdsUnsafeInteger(value: Json): boolean {
+  if (typeof value === "number") return Number.isInteger(value) && !Number.isSafeInteger(value);
+  if (value === null || typeof value !== "object") return false;
+  return (Array.isArray(value) ? value : Object.values(value)).some(holdsUnsafeInteger);
+}
+const UNSAFE_INTEGER = "arguments hold an integer beyond 2^53, which this server cannot compare exactly";
+
 /** P3 (E1-E6): a digest equal for two calls exactly when they name the same tool with equal arguments. */
 function fingerprint(params: CallParams): string {
   // E1: only the name and the arguments; _meta (progress token included) is never read.
@@ -186,7 +203,7 @@ function fingerprint(params: CallParams): string {
   return createHash("sha256").update(canonical([params.name, params.arguments ?? {}])).digest("hex");
 }
 
-const ERROR_CODE = -32602; // P5: the code the Python servers use; clients branch on data.type
+const ERROR_CODE = -32602; // P5: the code the Python servers use; clients branch on data.type and data.retryable
 type RejectionType = "invalid_idempotency_key" | "idempotency_key_conflict" | "idempotency_key_in_progress"
   | "idempotency_store_full";
 const MESSAGES: Record<RejectionType, string> = {
@@ -195,11 +212,14 @@ const MESSAGES: Record<RejectionType, string> = {
   idempotency_key_in_progress: "a request with this idempotencyKey is still running; retry shortly",
   idempotency_store_full: "the server holds as many idempotency records as it can; retry later",
 };
+/** P5': the rejections after which the same request, sent again later, may succeed. */
+const RETRYABLE = new Set<RejectionType>(["idempotency_key_in_progress", "idempotency_store_full"]);
 
-/** P5: the JSON-RPC error for a rejection; an invalid key is described, not echoed (P2). Never recorded (P6). */
+/** P5, P5': the JSON-RPC error for a rejection; an invalid key is described, not echoed (P2). Never recorded (P6). */
 function rejection(type: RejectionType, key?: string, detail?: string) {
   const message = detail === undefined ? MESSAGES[type] : `${MESSAGES[type]}; ${detail}`;
-  return { code: ERROR_CODE, message, data: key === undefined ? { type } : { type, idempotencyKey: key } };
+  const retryable = RETRYABLE.has(type);
+  return { code: ERROR_CODE, message, data: key === undefined ? { type, retryable } : { type, retryable, idempotencyKey: key } };
 }
 
 /**
@@ -319,6 +339,10 @@ class Idempotent<Inner extends Transport> implements Transport {
     if (problem !== null || typeof key !== "string") {
       log(`invalid key: ${problem}`);
       return this.reject(message, "invalid_idempotency_key", undefined, problem ?? undefined);
+    }
+    if (holdsUnsafeInteger(params.arguments ?? {})) { // P3: refused, not compared rounded; nothing recorded or run
+      log(`unsafe integer: key=${pythonRepr(key)}`);
+      return this.inner.send({ jsonrpc: "2.0", id: message.id, error: { code: ERROR_CODE, message: UNSAFE_INTEGER } });
     }
     const now = Date.now() / 1000;
     dropExpired(now);

@@ -218,8 +218,9 @@ class Idempotency:
         return await call_next(ctx)
 
     def advertised(self, result: dict[str, Any]) -> dict[str, Any]:
-        """P14 (C1, C2): capabilities.tools.idempotency = {}, an empty object, as the SEP defines it."""
-        result.setdefault("capabilities", {}).setdefault("tools", {})["idempotency"] = {}
+        """P14, P11': capabilities.tools.idempotency, carrying the key length and window clients may rely on."""
+        tools = result.setdefault("capabilities", {}).setdefault("tools", {})
+        tools["idempotency"] = rules.capability(self.limits.retention)
         return result
 
     async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:

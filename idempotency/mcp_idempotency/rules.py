@@ -67,13 +67,18 @@ def fingerprint(tool: str, arguments: dict[str, Any] | None) -> bytes:
 
 # P3, applied to the demo's tools: both servers' charge tools take 100 and 100.0
 # as the same amount, since they are the same request; a string or a boolean is
-# not an amount (strict), whatever it spells.
+# not an amount (strict), whatever it spells. An integer is held exactly, however
+# large; a float from 2^53 on may be a rounded integer (2^53 + 1.0 parses as 2^53),
+# so it is refused rather than charged as an amount nobody sent.
 
 
 def whole_positive(amount: int | float) -> int:
-    """A charge is a positive whole number of units."""
+    """A charge is a positive whole number of units, exactly as sent."""
     if amount <= 0 or (isinstance(amount, float) and not amount.is_integer()):
         raise ValueError(f"amount must be a positive whole number, not {amount!r}")
+    if isinstance(amount, float) and amount >= 2**53:
+        raise ValueError(f"amount {amount!r} is not exactly a whole number (a float from 2**53 on may be rounded); "
+                         "write it as an integer")
     return int(amount)
 
 
@@ -88,13 +93,20 @@ RETENTION_SECONDS = 24 * 60 * 60  # P8: Stripe's window; outlasts any client's r
 MAX_RECORDS = 10_000  # P9: a flood of unique keys costs at most this many records
 
 
+def capability(retention: float) -> dict[str, int]:
+    """P11': capabilities.tools.idempotency: the longest key taken, and the window in whole seconds."""
+    # Rounded down, so that no client counts on time the server does not keep: 1.5 s advertises 1.
+    return {"maxKeyLength": MAX_KEY_LENGTH, "retentionSeconds": int(retention)}
+
+
 # ----------------------------------------------------------------------------
 # P5: rejections on the wire
 # ----------------------------------------------------------------------------
 
 # The code the seed prototype used, kept: the SEP names none (S3a). It is not the
 # whole answer, since in-progress, store-full and store-unavailable mean "retry" and the
-# other two "do not retry": a client branches on error.data.type, never the code.
+# other two "do not retry": error.data.retryable says which (P5'), and a client
+# branches on it and error.data.type, never on the code.
 ERROR_CODE = -32602
 
 INVALID_KEY = "invalid_idempotency_key"
@@ -111,6 +123,9 @@ MESSAGES = {
     STORE_UNAVAILABLE: "the idempotency store failed before this request's outcome was recorded; retry shortly",
 }
 
+# P5': the rejections after which the same request, sent again later, may succeed.
+RETRYABLE = {IN_PROGRESS, STORE_FULL, STORE_UNAVAILABLE}
+
 
 # P6': what a client is told when something unexpected escapes a keyed tool call; kept
 # like any outcome, so the key never stays running and every retry hears the same.
@@ -122,7 +137,9 @@ URL_ELICITATION_REQUIRED = -32042
 
 
 def rejection(kind: str, key: str | None = None, detail: str | None = None) -> dict[str, Any]:
-    """P5: the JSON-RPC error object for a rejection; an invalid key is not echoed (P2)."""
+    """P5, P5': the JSON-RPC error object for a rejection; an invalid key is not echoed (P2)."""
     message = MESSAGES[kind] if detail is None else f"{MESSAGES[kind]}; {detail}"
-    data = {"type": kind} if key is None else {"type": kind, "idempotencyKey": key}
+    data: dict[str, Any] = {"type": kind, "retryable": kind in RETRYABLE}
+    if key is not None:
+        data["idempotencyKey"] = key
     return {"code": ERROR_CODE, "message": message, "data": data}

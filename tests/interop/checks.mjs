@@ -33,17 +33,17 @@ export function sepChecks(call) {
       const key = randomUUID();
       await call("charge_guarded", { amount: 5 }, key);
       assert.deepEqual(await rejection("charge_guarded", { amount: 6 }, key),
-        { code: -32602, data: { type: "idempotency_key_conflict", idempotencyKey: key } });
+        { code: -32602, data: { type: "idempotency_key_conflict", retryable: false, idempotencyKey: key } });
       assert.deepEqual(await ledger(), { balance: 5, charges: 1 });
     }],
     ["a key that is not a string is invalid_idempotency_key and runs nothing", async () => {
       assert.deepEqual(await rejection("charge_guarded", { amount: 7 }, 42),
-        { code: -32602, data: { type: "invalid_idempotency_key" } });
+        { code: -32602, data: { type: "invalid_idempotency_key", retryable: false } });
       assert.deepEqual(await ledger(), { balance: 0, charges: 0 });
     }],
     ["an empty key is invalid_idempotency_key and runs nothing", async () => {
       assert.deepEqual(await rejection("charge_guarded", { amount: 7 }, ""),
-        { code: -32602, data: { type: "invalid_idempotency_key" } });
+        { code: -32602, data: { type: "invalid_idempotency_key", retryable: false } });
       assert.deepEqual(await ledger(), { balance: 0, charges: 0 });
     }],
     ["without a key, every call runs", async () => {

@@ -65,8 +65,8 @@ const checks = [
   ["the handshake is initialize, at this SDK's latest revision", async () => {
     assert.equal(initializeResult.protocolVersion, LATEST_PROTOCOL_VERSION);
   }],
-  ["the initialize result on the wire has capabilities.tools.idempotency = {}", async () => {
-    assert.deepEqual(initializeResult.capabilities.tools.idempotency, {});
+  ["the initialize result on the wire has capabilities.tools.idempotency with its settings (P11')", async () => {
+    assert.deepEqual(initializeResult.capabilities.tools.idempotency, { maxKeyLength: 255, retentionSeconds: 86400 });
   }],
   ["a quirk of this SDK, pinned: its typed getServerCapabilities() drops tools.idempotency", async () => {
     assert.equal(client.getServerCapabilities().tools.idempotency, undefined);

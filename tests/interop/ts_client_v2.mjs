@@ -59,8 +59,9 @@ const checks = [
     assert.equal(wire[0]?.sent?.method, "server/discover");
     assert.equal(exchanges("initialize").length, 0);
   }],
-  ["the server/discover result on the wire has capabilities.tools.idempotency = {}", async () => {
-    assert.deepEqual(exchanges("server/discover")[0]?.received?.result?.capabilities?.tools?.idempotency, {});
+  ["the server/discover result on the wire has capabilities.tools.idempotency with its settings (P11')", async () => {
+    assert.deepEqual(exchanges("server/discover")[0]?.received?.result?.capabilities?.tools?.idempotency,
+      { maxKeyLength: 255, retentionSeconds: 86400 });
   }],
   ["a quirk of this SDK, pinned: its typed getServerCapabilities() and getDiscoverResult() drop tools.idempotency", async () => {
     assert.ok(client.getServerCapabilities().tools, "no tools capability at all");
