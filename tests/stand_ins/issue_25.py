@@ -10,13 +10,15 @@ Integers are compared exactly (decision 3) and a running record is bounded by th
     python tests/stand_ins/issue_25.py [ledger server options]
 """
 
+import math
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
 
 from mcp_idempotency.demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
-from mcp_idempotency.rules import CONFLICT, IN_PROGRESS, INVALID_KEY, MAX_KEY_LENGTH, STORE_FULL, STORE_UNAVAILABLE
+from mcp_idempotency import rules
+from mcp_idempotency.rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE
 
 RETRYABLE = {IN_PROGRESS: True, STORE_FULL: True, STORE_UNAVAILABLE: True, CONFLICT: False, INVALID_KEY: False}
 
@@ -41,7 +43,8 @@ class MeetsIssue25(Idempotency):
     def advertised(self, result: dict[str, Any]) -> dict[str, Any]:
         result = super().advertised(result)
         # Whole seconds, rounded up: a client told less than the window only stops retrying a little early.
-        settings = {"maxKeyLength": MAX_KEY_LENGTH, "retentionSeconds": max(1, -int(-self.limits.retention // 1))}
+        # rules.MAX_KEY_LENGTH read now, not at import: a server that sets its own limit advertises that one.
+        settings = {"maxKeyLength": rules.MAX_KEY_LENGTH, "retentionSeconds": max(1, math.ceil(self.limits.retention))}
         result["capabilities"]["tools"]["idempotency"] = {**settings, **result["capabilities"]["tools"]["idempotency"]}
         return result
 
