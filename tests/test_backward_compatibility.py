@@ -1,11 +1,12 @@
 """Issue 25 item 5: a keyed call sent to servers WITHOUT the feature (plain mcp 2.x MCPServer, plain mcp 1.x
 FastMCP) and to a STRICT one (unknown params members refused), through each client here: the 2.x SDK with
-KeyedCall, retry/policy.py, and the kit's raw JSON-RPC. docs/backward-compatibility.md tabulates it.
+KeyedCall, retry/policy.py, the kit's raw JSON-RPC, and the TypeScript SDK's (1.x) client. docs/backward-compatibility.md tabulates it.
 
 What is pinned: a server without the feature drops the key silently and runs the call every time (so a
 retry charges twice), a strict one refuses it with -32602 and runs nothing; none declares the capability,
 so a client that checks it first (C3) knows not to rely on keys before it sends one."""
 
+import json
 import subprocess
 import sys
 
@@ -27,7 +28,7 @@ def sdk2_clients(server: str) -> dict:
     ran = subprocess.run([sdk2_python(), str(ROOT / "tests/compat_client.py"), "--", *SERVERS[server]()],
                          capture_output=True, text=True, timeout=90, cwd=ROOT)
     assert ran.returncode == 0, ran.stderr[-2000:]
-    return kit.json.loads(ran.stdout.splitlines()[-1])
+    return json.loads(ran.stdout.splitlines()[-1])
 
 
 def raw_client(server: str) -> dict:
@@ -75,3 +76,29 @@ def test_a_strict_server_refuses_the_keyed_call_sent_as_raw_json_rpc():
     assert report["capability"] is None and report["charges"] == 0
     assert [answer.get("error", {}).get("code") for answer in report["answers"]] == [-32602, -32602], report
     assert all("idempotencyKey" in answer["error"]["message"] for answer in report["answers"])
+
+
+INTEROP = ROOT / "tests" / "interop"
+
+
+def typescript_client(server: str) -> dict:
+    """The TypeScript SDK's 1.x Client (tests/interop/ts_compat_client.mjs), installed as run.sh installs it."""
+    if not (INTEROP / "node_modules").is_dir():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=INTEROP, check=True, timeout=300)
+    ran = subprocess.run(["node", str(INTEROP / "ts_compat_client.mjs"), *SERVERS[server]()],
+                         capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    return json.loads(ran.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("server", WITHOUT_THE_FEATURE)
+def test_a_server_without_the_feature_drops_the_key_sent_by_the_typescript_client(server):
+    report = typescript_client(server)
+    assert report["capability"] is None
+    assert report["charges"] == 2 and all("result" in answer for answer in report["answers"]), report
+
+
+def test_a_strict_server_refuses_the_keyed_call_sent_by_the_typescript_client():
+    report = typescript_client("strict")
+    assert report["capability"] is None and report["charges"] == 0
+    assert [answer.get("code") for answer in report["answers"]] == [-32602, -32602], report
