@@ -33,11 +33,14 @@ def test_every_must_check_has_a_stand_in_that_breaks_it():
 
 
 @pytest.mark.timeout(180)
-def test_issue_25_checks_pass_on_a_server_that_meets_issue_25():
-    """The other half of each issue-25 stand-in: the same checks pass where the rule is kept."""
-    results, output = kit_targets.run_kit("meets-issue-25", kit_targets.ISSUE_25_CHECKS)
-    assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(kit_targets.ISSUE_25_CHECKS,
-                                                                                   "SUCCESS"), output
+def test_issue_25_checks_pass_on_a_server_that_meets_issue_25_and_retryable_spoils_no_shape_check():
+    """The other half of each issue-25 stand-in: the same checks pass where the rule is kept. And the checks
+    of error.data's shape (P5) take data.retryable beside type and key: no WARNING, nothing unshaped."""
+    checks = [*kit_targets.ISSUE_25_CHECKS, "sep-3182-conflict-error-data", "sep-3182-in-progress-error-data",
+              "sep-3182-store-bound", "sep-3182-different-requests-conflict"]
+    results, output = kit_targets.run_kit("meets-issue-25", checks)
+    assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(checks, "SUCCESS"), output
+    assert all(not entry["details"].get("unshaped") for entry in results), output
 
 
 def run(*options: str) -> subprocess.CompletedProcess:
