@@ -14,10 +14,18 @@ project name them (our ids, not the SEP's):
    own params model would drop it, so KeyedCallParams declares it;
 3. a timeout or a lost connection leaves the outcome unknown: send the very same
    request again, same key, same arguments, after a back-off;
-4. in progress or store full (`error.data.type`, P5) mean "come back later": back off, retry;
-5. a conflict or an invalid key is final: retrying the same request cannot succeed;
+4. an idempotency rejection says whether to send it again: `error.data.retryable` where
+   the server sets it (issue 25), else its `error.data.type` (P5): in progress, store full
+   and store unavailable mean "come back later": back off, retry;
+5. a conflict or an invalid key (`retryable: false`) is final: the same request cannot succeed;
 6. anything else is the call's answer: a result (`isError` included) or any other
    JSON-RPC error, returned or raised as it came.
+
+The server's settings (issue 25: `capabilities.tools.idempotency` = `{"maxKeyLength": N,
+"retentionSeconds": R}`, read by `discover_settings`) bound the loop further: a key is
+never longer than N (one minted fits; a caller's longer one is refused before anything is
+sent), and no attempt is made R seconds or more after the first, when the server may have
+forgotten the key and would run the call again (WindowPassed).
 
 The loop is bounded: after `attempts` tries it raises GaveUp, which carries the key.
 A caller that resumes the logical call later (after GaveUp, after a restart that
@@ -28,6 +36,9 @@ it first (C3), and do not retry a non-idempotent tool on such a server.
 
 import logging
 import random
+import secrets
+import string
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -86,14 +97,70 @@ class GaveUp(Exception):
     def __init__(self, key: str, attempts: int, last: MCPError):
         super().__init__(f"no answer after {attempts} attempts (last: {last.message}); key {key}")
         self.key, self.last = key, last
+        self.first_sent: float | None = None  # time.time() of the key's first attempt, for a caller that resumes
+
+    def with_first_sent(self, first_sent: float) -> "GaveUp":
+        self.first_sent = first_sent
+        return self
 
 
 Connection = ClientSession | Callable[[], Awaitable[ClientSession]]
 
 
-def new_key() -> str:
-    """A fresh idempotencyKey: a random UUID, so two logical calls never share one by chance (W5)."""
-    return str(uuid.uuid4())
+class WindowPassed(GaveUp):
+    """The server's retention window (retentionSeconds) has passed since the first attempt: it may have
+    forgotten the key, so sending it again could run the call a second time. Nothing more is sent."""
+
+    def __init__(self, key: str, attempts: int, last: MCPError, window: float):
+        super().__init__(key, attempts, last)
+        self.args = (f"the server keeps a key {window:g} s and the first attempt was sent longer ago: another would "
+                     f"not be a retry but maybe a second call (after {attempts} attempts, last: {last.message}); "
+                     f"key {key}",)
+
+
+class KeyTooLong(ValueError):
+    """A caller's key longer than the server's maxKeyLength: refused here, before anything is sent."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The limits a server declares in capabilities.tools.idempotency (issue 25); None where it declares none."""
+
+    max_key_length: int | None = None
+    retention_seconds: float | None = None
+
+    @classmethod
+    def from_capability(cls, capability: object) -> "Settings | None":
+        """The settings of a capability as it came off the wire; None when there is no capability (C3, C4)."""
+        if not isinstance(capability, dict):
+            return None
+
+        def positive(name: str) -> int | None:  # anything else is no setting a client can rely on
+            value = capability.get(name)
+            return value if type(value) is int and value > 0 else None
+        return cls(positive("maxKeyLength"), positive("retentionSeconds"))
+
+
+async def discover_settings(session: ClientSession, version: str = mcp_types.LATEST_PROTOCOL_VERSION) -> Settings | None:
+    """C3: ask server/discover for capabilities.tools.idempotency, as it came off the wire (the SDK's typed
+    capabilities drop it); None when the server declares none, or has no server/discover."""
+    try:
+        discovered = await session.send_discover(version)
+    except MCPError:  # a 2025 server: no server/discover, so nothing this client may rely on
+        return None
+    return Settings.from_capability(discovered.get("capabilities", {}).get("tools", {}).get("idempotency"))
+
+
+KEY_ALPHABET = string.ascii_letters + string.digits + "-_"  # 6 bits a character
+
+
+def new_key(max_length: int | None = None) -> str:
+    """A fresh idempotencyKey: a random UUID, so two logical calls never share one by chance (W5); where the
+    server takes fewer than its 36 characters, as many random characters as it takes."""
+    key = str(uuid.uuid4())
+    if max_length is None or len(key) <= max_length:
+        return key
+    return "".join(secrets.choice(KEY_ALPHABET) for _ in range(max_length))
 
 
 def rejection_type(error: MCPError) -> str | None:
@@ -101,9 +168,25 @@ def rejection_type(error: MCPError) -> str | None:
     return error.data.get("type") if isinstance(error.data, dict) else None
 
 
+def said_retryable(error: MCPError) -> bool | None:
+    """Issue 25: an idempotency rejection's own word, error.data.retryable; None where the server gives none."""
+    if rejection_type(error) is None:
+        return None
+    value = error.data.get("retryable")
+    return value if isinstance(value, bool) else None
+
+
+def final(error: MCPError) -> bool:
+    """Is it a refusal of this request for good? data.retryable false where given, else a FINAL type."""
+    said = said_retryable(error)
+    return said is False or (said is None and rejection_type(error) in FINAL)
+
+
 def retryable(error: MCPError) -> bool:
-    """May the very same request be sent again? Yes if its outcome is unknown, or the server asked for later."""
-    return error.code in UNKNOWN_OUTCOME or rejection_type(error) in COME_BACK_LATER
+    """May the very same request be sent again? Yes if its outcome is unknown, or the server asked for later
+    (data.retryable true where given, else a COME_BACK_LATER type)."""
+    said = said_retryable(error)
+    return error.code in UNKNOWN_OUTCOME or said is True or (said is None and rejection_type(error) in COME_BACK_LATER)
 
 
 async def session_for_attempt(connection: Connection) -> ClientSession:
@@ -123,20 +206,30 @@ def jittered(back_off: float) -> float:
 
 
 async def call_tool(connection: Connection, name: str, arguments: dict, *, key: str | None = None,
-                    policy: Policy = Policy()) -> mcp_types.CallToolResult:
+                    policy: Policy = Policy(), settings: Settings | None = None,
+                    first_sent: float | None = None) -> mcp_types.CallToolResult:
     """One logical tools/call: sent with one key until answered, refused, or out of attempts.
 
     `connection` is a ClientSession, or an async function that returns the session to
     send each attempt on (a client that reconnects after a lost connection passes one).
+    `settings` are the server's (discover_settings); a caller resuming a key passes back
+    `first_sent`, the time.time() of its first attempt (GaveUp carries it), so the window
+    is counted from there.
     """
-    key = new_key() if key is None else key  # once, outside the loop: every attempt is the same request
+    settings = settings or Settings()
+    if key is None:
+        key = new_key(settings.max_key_length)  # once, outside the loop: every attempt is the same request
+    elif settings.max_key_length is not None and len(key) > settings.max_key_length:
+        raise KeyTooLong(f"the key has {len(key)} characters; the server takes at most {settings.max_key_length} "
+                         "(capabilities.tools.idempotency.maxKeyLength): nothing was sent")
     request = KeyedCall(params=KeyedCallParams(name=name, arguments=arguments, idempotency_key=key))
+    first_sent = time.time() if first_sent is None else first_sent
     back_off = policy.first_back_off
     for number in range(1, policy.attempts + 1):
         try:
             return await attempt(connection, request, policy.timeout)
         except MCPError as error:
-            if rejection_type(error) in FINAL:
+            if final(error):
                 log.info("attempt %d: %s: final, not retried", number, rejection_type(error))
                 raise KeyRefused(error) from None
             if not retryable(error):
@@ -147,7 +240,13 @@ async def call_tool(connection: Connection, name: str, arguments: dict, *, key: 
         wait = jittered(back_off)
         log.info("attempt %d: %s; retrying the same request in %.2fs",
                  number, rejection_type(last) or last.message, wait)
+        window = settings.retention_seconds
+        if window is not None and time.time() + wait - first_sent >= window:
+            # The key may be forgotten by the time this attempt lands: it would be a new call, not a retry.
+            log.info("attempt %d: %s; the server's %gs window has passed: giving up", number,
+                     rejection_type(last) or last.message, window)
+            raise WindowPassed(key, number, last, window).with_first_sent(first_sent)
         await anyio.sleep(wait)
         back_off = min(back_off * 2, policy.max_back_off)
     log.info("attempt %d: %s; giving up", policy.attempts, rejection_type(last) or last.message)
-    raise GaveUp(key, policy.attempts, last)
+    raise GaveUp(key, policy.attempts, last).with_first_sent(first_sent)

@@ -4,8 +4,9 @@
     python3 tests/kit_targets.py ts-http          # some of them
     python3 tests/kit_targets.py --readme         # all, and put the results table in conformance/README.md
 
-Each target is started four times, as the kit's fixture contract asks: plain, with a
-slow charge, with a one-second window, and with room for three records. A target of
+Each target is started five times, as the kit's fixture contract asks: plain, with a
+slow charge, with a one-second window, with room for three records, and with a
+one-second lease on a three-second charge. A target of
 ours must have no FAILURE, and no WARNING but those listed here with their reason; a
 stand-in must fall short on exactly the checks its one broken rule covers.
 """
@@ -30,7 +31,9 @@ KIT = ROOT / "conformance" / "kit.py"
 TYPESCRIPT = ROOT / "typescript"
 PYTHON_1X = sys.executable  # the interpreter that runs this has mcp 1.x, as conftest.py assumes for 1x-stdio
 VARIANTS = {"": [], "slow-": ["--charge-delay", "2"], "short-retention-": ["--retention", "1"],
-            "bounded-": ["--max-records", "3"]}
+            "bounded-": ["--max-records", "3"],
+            # a charge that outlasts its one-second lease by two seconds (kit.py's --short-lease default)
+            "short-lease-": ["--lease", "1", "--charge-delay", "3"]}
 READY_SECONDS = 20
 
 
@@ -58,11 +61,11 @@ TARGETS = {
     "ts-http": ("TS HTTP", "http", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
 }
 
-# What a target of ours may fall short on, and why (a WARNING, never a FAILURE).
-KNOWN_WARNINGS = {
-    "ts-stdio": {"sep-3182-equivalence-large-integers": "JSON.parse reads every number as a double"},
-    "ts-http": {"sep-3182-equivalence-large-integers": "JSON.parse reads every number as a double"},
-}
+# What a target of ours may fall short on, and why (a WARNING, never a FAILURE). None, once the servers
+# meet issue 25 (branch issue-25-servers): the TypeScript server, whose JSON.parse reads every number as a
+# double, refuses a keyed call holding an integer past 2^53 (sep-3182-large-integers-exact) instead of
+# warning as it did under the old sep-3182-equivalence-large-integers.
+KNOWN_WARNINGS: dict[str, dict[str, str]] = {}
 
 # name -> the checks its one broken rule makes fall short (FAILURE or WARNING)
 NO_DEDUPLICATION = {
@@ -70,32 +73,48 @@ NO_DEDUPLICATION = {
     "read-only-tool-deduplicated", "conflict-rejected", "conflict-error-data", "error-code",
     "equivalence-serialisation", "equivalence-numbers", "equivalence-strings", "equivalence-meta-ignored",
     "equivalence-absent-arguments", "different-requests-conflict", "equivalence-null-member",
-    "equivalence-large-integers", "odd-keys-are-keys", "invalid-key-rejected",
+    "large-integers-exact", "odd-keys-are-keys", "invalid-key-rejected",
     "in-flight-duplicate-not-executed", "in-flight-duplicate-rejected-at-once", "in-progress-error-data",
     "conflict-while-running", "cancelled-call-runs-once", "retention-window", "store-bound",
-    "malformed-input-survived",
+    "malformed-input-survived", "capability-settings", "running-record-bounded",
 }
 STAND_INS = {
     "ignores-the-key": ("ignores_the_key.py", NO_DEDUPLICATION),
     "replays-a-conflict": ("replays_a_conflict.py", {
         "conflict-rejected", "conflict-error-data", "error-code", "error-outcome-recorded",
-        "different-requests-conflict", "equivalence-null-member", "equivalence-large-integers",
-        "conflict-while-running"}),
+        "different-requests-conflict", "equivalence-null-member", "large-integers-exact",
+        "conflict-while-running", "running-record-bounded"}),
     "queues-in-flight-duplicates": ("queues_in_flight_duplicates.py", {
         "in-flight-duplicate-rejected-at-once", "in-progress-error-data", "cancelled-call-runs-once"}),
     "drops-the-capability": ("drops_the_capability.py", {"capability-declared"}),
     "records-its-own-rejections": ("records_its_own_rejections.py", {
-        "conflict-leaves-the-record", "cancelled-call-runs-once"}),
+        "conflict-leaves-the-record", "cancelled-call-runs-once", "running-record-bounded"}),
     "shares-keys-across-principals": ("shares_keys_across_principals.py", {
         "key-scoped-to-principal", "other-principals-key-no-conflict", "other-principals-key-not-in-progress"}),
+    "takes-a-null-key-as-a-key": ("takes_a_null_key_as_a_key.py", {"no-key-runs-every-time"}),
+    "examines-the-key-on-every-method": ("examines_the_key_on_every_method.py", {"other-methods-ignore-the-key"}),
+    "replays-without-rechecking-scope": ("replays_without_rechecking_scope.py", {"replay-rechecks-authorisation"}),
+    "echoes-an-oversized-key": ("echoes_an_oversized_key.py", {
+        "oversized-key-not-echoed", "invalid-key-rejected", "capability-settings"}),
+    # Issue 25's four decisions, each broken on the layer that meets the other three (stand_ins/issue_25.py).
+    "drops-retryable": ("drops_retryable.py", {"rejection-retryable"}),
+    "advertises-a-longer-key-than-it-takes": ("advertises_a_longer_key_than_it_takes.py", {"capability-settings"}),
+    "compares-integers-as-doubles": ("compares_integers_as_doubles.py", {"large-integers-exact"}),
+    "never-bounds-a-running-record": ("never_bounds_a_running_record.py", {"running-record-bounded"}),
 }
 
 # Behind authorisation (mcp_idempotency/auth.py): served over HTTP, trusting the real issuer (tests/oauth.py),
 # and checked with Alice's token, Bob's, and Alice's without the charge scope (K2, K3).
-AUTHORISED = {"2x-http-auth", "shares-keys-across-principals"}
+AUTHORISED = {"2x-http-auth", "shares-keys-across-principals", "replays-without-rechecking-scope"}
 for name, (script, _) in STAND_INS.items():
     TARGETS[name] = (name, "http" if name in AUTHORISED else "stdio",
                      lambda script=script: python_2x(f"tests/stand_ins/{script}"), [])
+
+# Until the layer meets issue 25 itself, the server that shows each new check can pass: the layer with
+# data.retryable and the capability's settings added (tests/stand_ins/issue_25.py); a server of ours.
+TARGETS["meets-issue-25"] = ("2.x + issue 25", "stdio", lambda: python_2x("tests/stand_ins/issue_25.py"), [])
+ISSUE_25_CHECKS = ["sep-3182-rejection-retryable", "sep-3182-capability-settings", "sep-3182-large-integers-exact",
+                   "sep-3182-running-record-bounded"]
 
 
 def with_store(command: list[str], folder: Path, variant: str) -> list[str]:
@@ -167,12 +186,15 @@ def authorised(servers: ExitStack) -> tuple[list[str], list[str]]:
              "--narrowed-bearer", issuer.token("alice", READ)])
 
 
-def run_kit(name: str, checks: list[str] | None = None) -> tuple[list[dict], str]:
-    """Run the kit against one target (only `checks`, if named): its checks.json entries and its printed output."""
+def run_kit(name: str, checks: list[str] | None = None, timeout: float = 30) -> tuple[list[dict], str]:
+    """Run the kit against one target (only `checks`, if named): its checks.json entries and its printed output.
+    `timeout` is the kit's wait for one answer, and how long a check waits for a key to settle: a stand-in
+    that never settles it fails only once it has passed."""
     _, transport, command_of, extra = TARGETS[name]
     if name.startswith("ts-"):
         typescript_built()
-    needed = {"main"} | {check.needs for check in kit.CHECKS if not checks or check.id in checks}
+    needed = {"main"} | {variant for check in kit.CHECKS if not checks or check.id in checks
+                         for variant in (check.needs, *check.uses)}
     with tempfile.TemporaryDirectory() as folder, ExitStack() as servers:
         options = [option for check in checks or [] for option in ("--check", check)]
         trusting, tokens = authorised(servers) if name in AUTHORISED else ([], [])
@@ -186,7 +208,7 @@ def run_kit(name: str, checks: list[str] | None = None) -> tuple[list[dict], str
             urls = servers.enter_context(http_servers(list(chosen.values())))
             options += [o for variant, url in zip(chosen, urls) for o in (f"--{variant}url", url)]
         report = Path(folder) / "checks.json"
-        ran = subprocess.run([sys.executable, str(KIT), *options, *extra, *tokens, "--timeout", "30",
+        ran = subprocess.run([sys.executable, str(KIT), *options, *extra, *tokens, "--timeout", f"{timeout:g}",
                               "--json", str(report)],
                              capture_output=True, text=True, timeout=600, cwd=ROOT)
         if not report.exists():

@@ -1,0 +1,48 @@
+"""A 2.x ledger server for retry/policy.py's tests: the layer as issue 25 makes it (stand_ins/issue_25.py), plus
+two settings of its own, so the policy can be shown to honour what a server declares.
+
+    .venv-2x/bin/python tests/policy_server.py [--max-key-length N] [ledger server options]
+
+--max-key-length N: keys longer than N are invalid, and the capability says maxKeyLength N.
+A charge whose `note` is {"reject": DATA, "times": T} is refused, under its key, T times with
+-32602 and error.data DATA before it runs: a server whose rejections the policy must read.
+"""
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "stand_ins"))
+
+from issue_25 import MeetsIssue25  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+
+from mcp_idempotency import rules  # noqa: E402
+from mcp_idempotency.demo import ledger_server  # noqa: E402
+from mcp_idempotency.layer import CallNext  # noqa: E402
+
+
+class PolicyServer(MeetsIssue25):
+    """The issue-25 layer, with rejections on request."""
+
+    refused: Counter = Counter()  # key -> how many times its call was refused so far
+
+    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
+        params = ctx.params if isinstance(ctx.params, dict) else {}
+        note = (params.get("arguments") or {}).get("note")
+        key = params.get("idempotencyKey")
+        if isinstance(note, dict) and "reject" in note and self.refused[key] < note.get("times", 1):
+            self.refused[key] += 1
+            raise MCPError(rules.ERROR_CODE, "refused on request (tests/policy_server.py)", note["reject"])
+        return await super().tools_call(ctx, call_next)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
+    parser.add_argument("--max-key-length", type=int)
+    ours, rest = parser.parse_known_args()
+    if ours.max_key_length is not None:
+        rules.MAX_KEY_LENGTH = ours.max_key_length  # read by rules.checked_key on every call; advertised below
+    ledger_server.main(PolicyServer, rest)

@@ -1,0 +1,27 @@
+"""A stand-in for the 2.x ledger server that breaks one rule: its rejections carry no data.retryable (issue 25,
+decision 1), so a client that branches on it cannot tell "send it again later" from "never send it again"."""
+
+from typing import Any
+
+from issue_25 import MeetsIssue25
+from mcp.shared.exceptions import MCPError
+
+from mcp_idempotency.demo import ledger_server
+from mcp_idempotency.layer import CallNext
+
+
+class DropsRetryable(MeetsIssue25):
+    """The issue-25 layer, with `retryable` taken out of every rejection's error.data."""
+
+    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
+        try:
+            return await super().tools_call(ctx, call_next)
+        except MCPError as rejected:
+            data = rejected.error.data
+            if not isinstance(data, dict) or "retryable" not in data:
+                raise
+            kept = {name: value for name, value in data.items() if name != "retryable"}
+            raise MCPError(rejected.error.code, rejected.error.message, kept) from None
+
+
+ledger_server.main(DropsRetryable)

@@ -1,0 +1,30 @@
+"""A stand-in for the 2.x ledger server that breaks one rule: over HTTP with --issuer, a tools/call that carries
+an idempotencyKey skips the per-tool scope check, as if holding the key were authority (K3, P22: a replay
+passes the authorisation in force when it is made). A token narrowed since the original gets its result.
+
+Not a subclass of the layer: the scope check is the HTTP middleware's (mcp_idempotency/auth.py), so the gate
+is swapped for one subclass of it, the configuration this server is started with.
+"""
+
+from pydantic_core import from_json
+
+from mcp_idempotency import auth
+from mcp_idempotency.demo import ledger_server
+
+
+class TrustsTheKey(auth.ScopeGate):
+    """The scope gate, asking no scope of a keyed tools/call."""
+
+    def scope_needed(self, body: bytes) -> str | None:
+        try:
+            message = from_json(body)
+        except ValueError:
+            message = None
+        if isinstance(message, dict) and isinstance(message.get("params"), dict) and \
+                message["params"].get("idempotencyKey") is not None:
+            return None
+        return super().scope_needed(body)
+
+
+auth.ScopeGate = TrustsTheKey  # serve_http builds the gate it finds here
+ledger_server.main()

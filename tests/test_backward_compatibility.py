@@ -1,0 +1,104 @@
+"""Issue 25 item 5: a keyed call sent to servers WITHOUT the feature (plain mcp 2.x MCPServer, plain mcp 1.x
+FastMCP) and to a STRICT one (unknown params members refused), through each client here: the 2.x SDK with
+KeyedCall, retry/policy.py, the kit's raw JSON-RPC, and the TypeScript SDK's (1.x) client. docs/backward-compatibility.md tabulates it.
+
+What is pinned: a server without the feature drops the key silently and runs the call every time (so a
+retry charges twice), a strict one refuses it with -32602 and runs nothing; none declares the capability,
+so a client that checks it first (C3) knows not to rely on keys before it sends one."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kit_targets import kit
+from wire import ROOT, sdk2_python
+
+SERVERS = {
+    "plain-2x": lambda: [sdk2_python(), str(ROOT / "tests/compat_servers/plain_2x.py")],
+    "plain-1x": lambda: [sys.executable, str(ROOT / "tests/compat_servers/plain_1x.py")],  # .venv: mcp 1.x
+    "strict": lambda: [sys.executable, str(ROOT / "tests/compat_servers/strict.py")],
+}
+WITHOUT_THE_FEATURE = ["plain-2x", "plain-1x"]
+
+
+def sdk2_clients(server: str) -> dict:
+    """The 2.x SDK's KeyedCall and retry/policy.py against `server` (tests/compat_client.py's report)."""
+    ran = subprocess.run([sdk2_python(), str(ROOT / "tests/compat_client.py"), "--", *SERVERS[server]()],
+                         capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    return json.loads(ran.stdout.splitlines()[-1])
+
+
+def raw_client(server: str) -> dict:
+    """The kit's raw JSON-RPC: the capability it finds, and one charge sent twice under one key."""
+    connection = kit.Stdio(subprocess.list2cmdline(SERVERS[server]()), timeout=20)
+    try:
+        opening = kit.opened(connection, "auto")
+        call = {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": kit.new_key()}
+        answers = [connection.request("tools/call", call) for _ in range(2)]
+        count = connection.request("tools/call", {"name": "get_balance", "arguments": {}})
+        charges = kit.count_in(count["result"], "charges")
+    finally:
+        connection.close()
+    return {"revision": opening["revision"], "capability": (opening["capabilities"].get("tools") or {}).get(
+        "idempotency"), "answers": answers, "charges": charges}
+
+
+@pytest.mark.parametrize("server", WITHOUT_THE_FEATURE)
+def test_a_server_without_the_feature_drops_the_key_and_runs_every_retry_through_each_sdk2_client(server):
+    report = sdk2_clients(server)
+    assert report["capability"] is None  # C3: the policy's discover_settings finds nothing to rely on
+    for client in ("KeyedCall", "policy"):
+        assert report[client]["charges"] == 2, report  # the key dropped silently: the retry ran again
+        assert all("result" in answer for answer in report[client]["answers"]), report
+
+
+@pytest.mark.parametrize("server", WITHOUT_THE_FEATURE)
+def test_a_server_without_the_feature_drops_the_key_sent_as_raw_json_rpc(server):
+    report = raw_client(server)
+    assert report["capability"] is None
+    assert report["charges"] == 2 and all("result" in answer for answer in report["answers"]), report
+
+
+def test_a_strict_server_refuses_the_keyed_call_with_invalid_params_through_each_sdk2_client():
+    report = sdk2_clients("strict")
+    assert report["capability"] is None
+    for client in ("KeyedCall", "policy"):  # the policy does not retry it: -32602 without data.type is an answer
+        assert report[client]["charges"] == 0, report
+        assert [(answer.get("raised"), answer.get("code")) for answer in report[client]["answers"]] == \
+            [("MCPError", -32602)] * 2, report
+
+
+def test_a_strict_server_refuses_the_keyed_call_sent_as_raw_json_rpc():
+    report = raw_client("strict")
+    assert report["capability"] is None and report["charges"] == 0
+    assert [answer.get("error", {}).get("code") for answer in report["answers"]] == [-32602, -32602], report
+    assert all("idempotencyKey" in answer["error"]["message"] for answer in report["answers"])
+
+
+INTEROP = ROOT / "tests" / "interop"
+
+
+def typescript_client(server: str) -> dict:
+    """The TypeScript SDK's 1.x Client (tests/interop/ts_compat_client.mjs), installed as run.sh installs it."""
+    if not (INTEROP / "node_modules").is_dir():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=INTEROP, check=True, timeout=300)
+    ran = subprocess.run(["node", str(INTEROP / "ts_compat_client.mjs"), *SERVERS[server]()],
+                         capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    return json.loads(ran.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("server", WITHOUT_THE_FEATURE)
+def test_a_server_without_the_feature_drops_the_key_sent_by_the_typescript_client(server):
+    report = typescript_client(server)
+    assert report["capability"] is None
+    assert report["charges"] == 2 and all("result" in answer for answer in report["answers"]), report
+
+
+def test_a_strict_server_refuses_the_keyed_call_sent_by_the_typescript_client():
+    report = typescript_client("strict")
+    assert report["capability"] is None and report["charges"] == 0
+    assert [answer.get("code") for answer in report["answers"]] == [-32602, -32602], report
