@@ -96,7 +96,7 @@ STAND_INS = {
     "replays-without-rechecking-scope": ("replays_without_rechecking_scope.py", {"replay-rechecks-authorisation"}),
     "echoes-an-oversized-key": ("echoes_an_oversized_key.py", {
         "oversized-key-not-echoed", "invalid-key-rejected", "capability-settings"}),
-    # Issue 25's four decisions, each broken on the layer that meets the other three (stand_ins/issue_25.py).
+    # Issue 25's four decisions, each broken on the layer, which meets all four.
     "drops-retryable": ("drops_retryable.py", {"rejection-retryable"}),
     "advertises-a-longer-key-than-it-takes": ("advertises_a_longer_key_than_it_takes.py", {"capability-settings"}),
     "compares-integers-as-doubles": ("compares_integers_as_doubles.py", {"large-integers-exact"}),
@@ -110,9 +110,6 @@ for name, (script, _) in STAND_INS.items():
     TARGETS[name] = (name, "http" if name in AUTHORISED else "stdio",
                      lambda script=script: python_2x(f"tests/stand_ins/{script}"), [])
 
-# Until the layer meets issue 25 itself, the server that shows each new check can pass: the layer with
-# data.retryable and the capability's settings added (tests/stand_ins/issue_25.py); a server of ours.
-TARGETS["meets-issue-25"] = ("2.x + issue 25", "stdio", lambda: python_2x("tests/stand_ins/issue_25.py"), [])
 ISSUE_25_CHECKS = ["sep-3182-rejection-retryable", "sep-3182-capability-settings", "sep-3182-large-integers-exact",
                    "sep-3182-running-record-bounded"]
 

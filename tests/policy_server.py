@@ -1,4 +1,4 @@
-"""A 2.x ledger server for retry/policy.py's tests: the layer as issue 25 makes it (stand_ins/issue_25.py), plus
+"""A 2.x ledger server for retry/policy.py's tests: the layer, plus
 two settings of its own, so the policy can be shown to honour what a server declares.
 
     .venv-2x/bin/python tests/policy_server.py [--max-key-length N] [ledger server options]
@@ -11,21 +11,17 @@ A charge whose `note` is {"reject": DATA, "times": T} is refused, under its key,
 import argparse
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "stand_ins"))
+from mcp.shared.exceptions import MCPError
 
-from issue_25 import MeetsIssue25  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
-
-from mcp_idempotency import rules  # noqa: E402
-from mcp_idempotency.demo import ledger_server  # noqa: E402
-from mcp_idempotency.layer import CallNext  # noqa: E402
+from mcp_idempotency import rules
+from mcp_idempotency.demo import ledger_server
+from mcp_idempotency.layer import CallNext, Idempotency
 
 
-class PolicyServer(MeetsIssue25):
-    """The issue-25 layer, with rejections on request."""
+class PolicyServer(Idempotency):
+    """The layer, with rejections on request."""
 
     refused: Counter = Counter()  # key -> how many times its call was refused so far
 

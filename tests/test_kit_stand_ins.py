@@ -33,12 +33,12 @@ def test_every_must_check_has_a_stand_in_that_breaks_it():
 
 
 @pytest.mark.timeout(180)
-def test_issue_25_checks_pass_on_a_server_that_meets_issue_25_and_retryable_spoils_no_shape_check():
+def test_issue_25_checks_pass_on_the_2x_server_and_retryable_spoils_no_shape_check():
     """The other half of each issue-25 stand-in: the same checks pass where the rule is kept. And the checks
     of error.data's shape (P5) take data.retryable beside type and key: no WARNING, nothing unshaped."""
     checks = [*kit_targets.ISSUE_25_CHECKS, "sep-3182-conflict-error-data", "sep-3182-in-progress-error-data",
               "sep-3182-store-bound", "sep-3182-different-requests-conflict"]
-    results, output = kit_targets.run_kit("meets-issue-25", checks)
+    results, output = kit_targets.run_kit("2x-stdio", checks)
     assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(checks, "SUCCESS"), output
     assert all(not entry["details"].get("unshaped") for entry in results), output
 
@@ -77,8 +77,7 @@ def test_a_server_without_the_fixture_tools_is_one_failure_of_the_contract_not_o
 
 def test_retryable_check_says_which_rejections_it_could_not_provoke_without_the_slow_and_bounded_servers(tmp_path):
     """Conflict and invalid key are tested on the plain server; in progress and store full need their own."""
-    ran = run("--command", subprocess.list2cmdline([sdk2_python(), str(ROOT / "tests/stand_ins/issue_25.py"),
-                                                    "--store", f"sqlite:{tmp_path / 'store.db'}"]),
+    ran = run("--command", ledger(tmp_path),
               "--check", "sep-3182-rejection-retryable", "--json", str(tmp_path / "checks.json"))
     (entry,) = json.loads((tmp_path / "checks.json").read_text())
     assert entry["status"] == "SKIPPED", ran.stdout

@@ -21,19 +21,9 @@ def booking(tmp_path, name: str, *options: str) -> str:
     return subprocess.list2cmdline([sdk2_python(), str(BOOKING), "--store", f"sqlite:{tmp_path / name}.db", *options])
 
 
-def issue_25_baseline(tmp_path) -> list[str]:
-    """Until the layer sets error.data.retryable (issue 25, branch issue-25-servers), the kit's check of it is
-    expected to fail here; once rules.py names it, this baseline is gone and the check must pass."""
-    if "retryable" in (ROOT / "idempotency" / "mcp_idempotency" / "rules.py").read_text(encoding="utf-8"):
-        return []
-    baseline = tmp_path / "expected-failures.yaml"
-    baseline.write_text("server:\n  - sep-3182-rejection-retryable  # issue 25: the layer does not set it yet\n")
-    return ["--expected-failures", str(baseline)]
-
-
 def test_a_server_built_from_the_public_api_alone_passes_the_kit(tmp_path):
     kit = subprocess.run(
-        [sys.executable, str(ROOT / "conformance" / "kit.py"), *CONTRACT, *issue_25_baseline(tmp_path),
+        [sys.executable, str(ROOT / "conformance" / "kit.py"), *CONTRACT,
          "--command", booking(tmp_path, "main"),
          "--slow-command", booking(tmp_path, "slow", "--delay", "2"),
          "--short-retention-command", booking(tmp_path, "short", "--retention", "1"),
@@ -42,7 +32,7 @@ def test_a_server_built_from_the_public_api_alone_passes_the_kit(tmp_path):
 
     summary = kit.stdout.splitlines()[-1]
     assert kit.returncode == 0, kit.stdout
-    assert " 0 failed, " in summary or issue_25_baseline(tmp_path), kit.stdout
+    assert " 0 failed, " in summary, kit.stdout
 
 
 # Every module of the package, with MCPServer made to refuse construction first.

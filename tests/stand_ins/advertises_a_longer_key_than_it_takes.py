@@ -3,13 +3,13 @@
 
 from typing import Any
 
-from issue_25 import MeetsIssue25
+from mcp_idempotency.layer import Idempotency
 
 from mcp_idempotency.demo import ledger_server
 
 
-class AdvertisesALongerKeyThanItTakes(MeetsIssue25):
-    """The issue-25 layer, with a maxKeyLength it does not honour."""
+class AdvertisesALongerKeyThanItTakes(Idempotency):
+    """The layer, with a maxKeyLength it does not honour."""
 
     def advertised(self, result: dict[str, Any]) -> dict[str, Any]:
         result = super().advertised(result)

@@ -4,7 +4,7 @@ and 9007199254740992 are one request to it, and the second replays the first's r
 
 from typing import Any
 
-from issue_25 import MeetsIssue25
+from mcp_idempotency.layer import Idempotency
 
 from mcp_idempotency.demo import ledger_server
 from mcp_idempotency.layer import CallNext
@@ -21,8 +21,8 @@ def as_doubles(value: Any) -> Any:
     return value
 
 
-class ComparesIntegersAsDoubles(MeetsIssue25):
-    """The issue-25 layer, fed arguments whose large integers are already rounded (the tool sees them so too)."""
+class ComparesIntegersAsDoubles(Idempotency):
+    """The layer, fed arguments whose large integers are already rounded (the tool sees them so too)."""
 
     async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
         if isinstance(ctx.params, dict) and isinstance(ctx.params.get("arguments"), dict):

@@ -3,15 +3,15 @@ decision 1), so a client that branches on it cannot tell "send it again later" f
 
 from typing import Any
 
-from issue_25 import MeetsIssue25
+from mcp_idempotency.layer import Idempotency
 from mcp.shared.exceptions import MCPError
 
 from mcp_idempotency.demo import ledger_server
 from mcp_idempotency.layer import CallNext
 
 
-class DropsRetryable(MeetsIssue25):
-    """The issue-25 layer, with `retryable` taken out of every rejection's error.data."""
+class DropsRetryable(Idempotency):
+    """The layer, with `retryable` taken out of every rejection's error.data."""
 
     async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
         try:

@@ -5,7 +5,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from issue_25 import MeetsIssue25
+from mcp_idempotency.layer import Idempotency
 
 from mcp_idempotency.demo import ledger_server
 from mcp_idempotency.layer import Principal, one_tenant
@@ -14,8 +14,8 @@ from mcp_idempotency.stores import Limits
 CENTURY = 100 * 365 * 24 * 60 * 60.0  # as good as no bound
 
 
-class NeverBoundsARunningRecord(MeetsIssue25):
-    """The issue-25 layer, its store opened with a lease of a century."""
+class NeverBoundsARunningRecord(Idempotency):
+    """The layer, its store opened with a lease of a century."""
 
     def __init__(self, store: str, *, server_info: Mapping[str, str], limits: Limits = Limits(),
                  principal: Callable[[], Principal] = one_tenant, **rest: Any):
