@@ -213,7 +213,13 @@ def relies_on_deduplication(demo: Demo) -> bool:
     advertised = demo.link.discovered.get("capabilities", {}).get("tools", {}).get("idempotency")
     say("client", f"server/discover → {demo.client.protocol_version}, "
                   f"capabilities.tools.idempotency = {json.dumps(advertised)}")
-    return advertised == {}
+    if not isinstance(advertised, dict):
+        return False
+    # P11': the demo's keys are UUIDs; a server that takes shorter keys would refuse every one.
+    if advertised.get("maxKeyLength", len(new_key())) < len(new_key()):
+        say("client", f"the server takes keys of at most {advertised['maxKeyLength']} characters, shorter than ours")
+        return False
+    return True
 
 
 async def play_over(setup: Setup) -> tuple[bool, list[bool]] | None:
