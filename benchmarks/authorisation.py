@@ -5,8 +5,24 @@ import tempfile
 from pathlib import Path
 
 from harness import (
-    FRESH, KINDS, REPLAY, ROUND_TRIP_COLUMNS, STORES, UNKEYED, WARMUP_ROUNDS, Postgres, Subject, close_all,
-    launch_all, measured_stores, new_store, print_table, progress, records_after, room_for, round_trip_rows,
+    FRESH,
+    KINDS,
+    REPLAY,
+    ROUND_TRIP_COLUMNS,
+    STORES,
+    UNKEYED,
+    WARMUP_ROUNDS,
+    Postgres,
+    Subject,
+    close_all,
+    launch_all,
+    measured_stores,
+    new_store,
+    print_table,
+    progress,
+    records_after,
+    room_for,
+    round_trip_rows,
     round_trips,
 )
 from oauth import RESOURCE, Issuer, bearer
@@ -22,16 +38,31 @@ def authorisation(calls: int, postgres: Postgres) -> None:
     configurations = [(label, mode) for label in labels for mode in (WITHOUT, WITH)]
     issuer = Issuer()  # the real one, as the tests start it: Authlib, client credentials, RS256 JWTs
     try:
-        progress(f"6. authorisation: {', '.join(labels)}, each without and with OAuth, "
-                 f"{min(WARMUP_ROUNDS, calls)} warm-up rounds, then {calls} rounds of 3 calls")
+        progress(
+            f"6. authorisation: {', '.join(labels)}, each without and with OAuth, "
+            f"{min(WARMUP_ROUNDS, calls)} warm-up rounds, then {calls} rounds of 3 calls"
+        )
         oauth = ("--issuer", issuer.url, "--resource", RESOURCE)
-        wires = launch_all(*[(("2x-http", "--store", new_store(label, folder, postgres),
-                               *room_for(records_after(calls)), *(oauth if mode == WITH else ())),
-                              {"headers": bearer(issuer.token("alice")) if mode == WITH else None})
-                             for label, mode in configurations])
+        wires = launch_all(
+            *[
+                (
+                    (
+                        "2x-http",
+                        "--store",
+                        new_store(label, folder, postgres),
+                        *room_for(records_after(calls)),
+                        *(oauth if mode == WITH else ()),
+                    ),
+                    {"headers": bearer(issuer.token("alice")) if mode == WITH else None},
+                )
+                for label, mode in configurations
+            ]
+        )
         try:
-            subjects = {(label, mode): Subject(f"{label}, {mode}", wire, KEYED_TARGET[label], REPLAY_TARGET)
-                        for (label, mode), wire in zip(configurations, wires)}
+            subjects = {
+                (label, mode): Subject(f"{label}, {mode}", wire, KEYED_TARGET[label], REPLAY_TARGET)
+                for (label, mode), wire in zip(configurations, wires)
+            }
             round_trips(list(subjects.values()), calls)
         finally:
             close_all(wires)
@@ -52,12 +83,16 @@ def report_authorisation(subjects: dict[tuple[str, str], Subject], postgres: Pos
                 rows += round_trip_rows(subjects[label, mode])
             else:
                 rows.append([f"{label}, {mode}", missing, "", "", "", "", ""])
-    print_table(f"6a. Authorisation: round trip over HTTP on the 2.x server, quiet, without and with OAuth "
-                f"({calls} calls of each kind, interleaved)", ROUND_TRIP_COLUMNS, rows,
-                "Every server ran on a store of its own (a SQLite file, a PostgreSQL database), all of them "
-                "measured in one loop, interleaved call by call. With OAuth, the server trusts the real issuer "
-                "(mcp_idempotency.demo.issuer) and every call carries one bearer access token (RS256, both scopes); "
-                "the targets are each store's, as in section 5.")
+    print_table(
+        f"6a. Authorisation: round trip over HTTP on the 2.x server, quiet, without and with OAuth "
+        f"({calls} calls of each kind, interleaved)",
+        ROUND_TRIP_COLUMNS,
+        rows,
+        "Every server ran on a store of its own (a SQLite file, a PostgreSQL database), all of them "
+        "measured in one loop, interleaved call by call. With OAuth, the server trusts the real issuer "
+        "(mcp_idempotency.demo.issuer) and every call carries one bearer access token (RS256, both scopes); "
+        "the targets are each store's, as in section 5.",
+    )
 
     rows = []
     for label in STORES:
@@ -65,16 +100,34 @@ def report_authorisation(subjects: dict[tuple[str, str], Subject], postgres: Pos
             rows.append([label, missing, "", "", "", "", ""])
             continue
         median = {(mode, kind): subjects[label, mode].median(kind) for mode in (WITHOUT, WITH) for kind in KINDS}
-        rows.append([label, *(f"{median[mode, kind] / median[mode, UNKEYED]:.3f}"
-                              for kind in (FRESH, REPLAY) for mode in (WITHOUT, WITH)),
-                     f"{median[WITH, UNKEYED] / median[WITHOUT, UNKEYED]:.3f}",
-                     f"{median[WITH, UNKEYED] - median[WITHOUT, UNKEYED]:.0f}"])
-    print_table("6b. Authorisation: keyed over unkeyed without and with OAuth, and what the token's check costs",
-                ["store", "executes / unkeyed, without", "executes / unkeyed, with OAuth", "replay / unkeyed, without",
-                 "replay / unkeyed, with OAuth", "unkeyed with OAuth / without", "µs added per request"], rows,
-                "Medians of 6a. The first four columns are what a key costs with authorisation off and on: the "
-                "record's key holds the token's issuer and subject, so scoping adds no store round trip. The last "
-                "two are what authorisation costs every request, keyed or not: the SDK's bearer check (joserfc "
-                "verifies the token's RS256 signature against the cached JWKS, then its claims) and the "
-                "per-tool scope check (mcp_idempotency/auth.py ScopeGate), which parses the body once more. No "
-                "target: the price of OAuth, not of the key.")
+        rows.append(
+            [
+                label,
+                *(
+                    f"{median[mode, kind] / median[mode, UNKEYED]:.3f}"
+                    for kind in (FRESH, REPLAY)
+                    for mode in (WITHOUT, WITH)
+                ),
+                f"{median[WITH, UNKEYED] / median[WITHOUT, UNKEYED]:.3f}",
+                f"{median[WITH, UNKEYED] - median[WITHOUT, UNKEYED]:.0f}",
+            ]
+        )
+    print_table(
+        "6b. Authorisation: keyed over unkeyed without and with OAuth, and what the token's check costs",
+        [
+            "store",
+            "executes / unkeyed, without",
+            "executes / unkeyed, with OAuth",
+            "replay / unkeyed, without",
+            "replay / unkeyed, with OAuth",
+            "unkeyed with OAuth / without",
+            "µs added per request",
+        ],
+        rows,
+        "Medians of 6a. The first four columns are what a key costs with authorisation off and on: the "
+        "record's key holds the token's issuer and subject, so scoping adds no store round trip. The last "
+        "two are what authorisation costs every request, keyed or not: the SDK's bearer check (joserfc "
+        "verifies the token's RS256 signature against the cached JWKS, then its claims) and the "
+        "per-tool scope check (mcp_idempotency/auth.py ScopeGate), which parses the body once more. No "
+        "target: the price of OAuth, not of the key.",
+    )

@@ -80,24 +80,51 @@ def parse_args() -> argparse.Namespace:
     """The counts, the sections, PostgreSQL and the results file; small counts make a smoke test."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", type=Path, default=SERVER, help="the 1.x server script (default: server.py)")
-    parser.add_argument("--calls", type=int, default=1000, metavar="N",
-                        help="sections 1, 5, 6 and 7: calls of each kind on each server (default: 1000)")
-    parser.add_argument("--repeats", type=int, default=100, metavar="N",
-                        help="section 2: repetitions at each size (default: 100)")
-    parser.add_argument("--records", type=int, default=5000, metavar="N",
-                        help="section 3: records stored, twice (default: 5000)")
-    parser.add_argument("--in-flight", type=int, default=1000, metavar="N",
-                        help="section 4: calls in flight at once (default: 1000)")
-    parser.add_argument("--clients", type=int, default=8, metavar="N",
-                        help="section 5: client threads spreading keyed calls over the instances (default: 8)")
-    parser.add_argument("--scale-calls", type=int, default=400, metavar="N",
-                        help="section 5: keyed calls in each round on 1 and on 4 instances (default: 400)")
-    parser.add_argument("--postgres", default=os.environ.get("SEP3182_POSTGRES"), metavar="URL",
-                        help="sections 5 to 7: a PostgreSQL server to make databases on (default: $SEP3182_POSTGRES)")
-    parser.add_argument("--sections", default=SECTIONS, metavar="DIGITS",
-                        help=f"which sections to run, e.g. 15 (default: {SECTIONS})")
-    parser.add_argument("--write", type=Path, metavar="PATH",
-                        help="also write the tables, under a header line, to PATH (e.g. benchmarks/RESULTS.md)")
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="sections 1, 5, 6 and 7: calls of each kind on each server (default: 1000)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=100, metavar="N", help="section 2: repetitions at each size (default: 100)"
+    )
+    parser.add_argument(
+        "--records", type=int, default=5000, metavar="N", help="section 3: records stored, twice (default: 5000)"
+    )
+    parser.add_argument(
+        "--in-flight", type=int, default=1000, metavar="N", help="section 4: calls in flight at once (default: 1000)"
+    )
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=8,
+        metavar="N",
+        help="section 5: client threads spreading keyed calls over the instances (default: 8)",
+    )
+    parser.add_argument(
+        "--scale-calls",
+        type=int,
+        default=400,
+        metavar="N",
+        help="section 5: keyed calls in each round on 1 and on 4 instances (default: 400)",
+    )
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get("SEP3182_POSTGRES"),
+        metavar="URL",
+        help="sections 5 to 7: a PostgreSQL server to make databases on (default: $SEP3182_POSTGRES)",
+    )
+    parser.add_argument(
+        "--sections", default=SECTIONS, metavar="DIGITS", help=f"which sections to run, e.g. 15 (default: {SECTIONS})"
+    )
+    parser.add_argument(
+        "--write",
+        type=Path,
+        metavar="PATH",
+        help="also write the tables, under a header line, to PATH (e.g. benchmarks/RESULTS.md)",
+    )
     args = parser.parse_args()
     if set(args.sections) - set(SECTIONS):
         parser.error(f"--sections takes digits of {SECTIONS}, not {args.sections!r}")
@@ -127,27 +154,36 @@ def main() -> None:
     mcp2, sqlite = sdk2_versions()
     started, load_at_start = time.monotonic(), load()
     emit("# SEP-3182 idempotency benchmark\n")
-    emit(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
-         f"mcp {version('mcp')} ({server_path.relative_to(ROOT) if server_path.is_relative_to(ROOT) else server_path})"
-         f", mcp {mcp2} (mcp_idempotency.demo.ledger_server), SQLite {sqlite}, "
-         + (f"PostgreSQL {postgres.version}" if postgres.version else "PostgreSQL not measured"))
-    emit(f"\n`benchmarks/bench.py --calls {args.calls} --repeats {args.repeats} --records {args.records} "
-         f"--in-flight {args.in_flight} --clients {args.clients} --scale-calls {args.scale_calls}"
-         + ("" if args.sections == SECTIONS else f" --sections {args.sections}") + "`")
-    sections = {"1": lambda: round_trip(server_path, args.calls),
-                "2": lambda: fingerprint_cost(server_path, args.repeats),
-                "3": lambda: memory(server_path, args.records),
-                "4": lambda: concurrency(server_path, args.in_flight),
-                "5": lambda: shared_stores(args.calls, args.clients, args.scale_calls, postgres),
-                "6": lambda: authorisation(args.calls, postgres),
-                "7": lambda: tuning(args.calls, postgres)}
+    emit(
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
+        f"mcp {version('mcp')} ({server_path.relative_to(ROOT) if server_path.is_relative_to(ROOT) else server_path})"
+        f", mcp {mcp2} (mcp_idempotency.demo.ledger_server), SQLite {sqlite}, "
+        + (f"PostgreSQL {postgres.version}" if postgres.version else "PostgreSQL not measured")
+    )
+    emit(
+        f"\n`benchmarks/bench.py --calls {args.calls} --repeats {args.repeats} --records {args.records} "
+        f"--in-flight {args.in_flight} --clients {args.clients} --scale-calls {args.scale_calls}"
+        + ("" if args.sections == SECTIONS else f" --sections {args.sections}")
+        + "`"
+    )
+    sections = {
+        "1": lambda: round_trip(server_path, args.calls),
+        "2": lambda: fingerprint_cost(server_path, args.repeats),
+        "3": lambda: memory(server_path, args.records),
+        "4": lambda: concurrency(server_path, args.in_flight),
+        "5": lambda: shared_stores(args.calls, args.clients, args.scale_calls, postgres),
+        "6": lambda: authorisation(args.calls, postgres),
+        "7": lambda: tuning(args.calls, postgres),
+    }
     for number in SECTIONS:
         if number in args.sections:
             sections[number]()
     elapsed = time.monotonic() - started
-    emit(f"\nLoad average {load_at_start} at the start and {load()} at the end (`os.getloadavg`, one minute), "
-         f"{elapsed:.0f} s in all, on {os.cpu_count()} cores that other work shares: only the ratios, taken between "
-         f"measurements interleaved call by call, are meant to be read.")
+    emit(
+        f"\nLoad average {load_at_start} at the start and {load()} at the end (`os.getloadavg`, one minute), "
+        f"{elapsed:.0f} s in all, on {os.cpu_count()} cores that other work shares: only the ratios, taken between "
+        f"measurements interleaved call by call, are meant to be read."
+    )
     progress(f"done in {elapsed:.0f} s")
     if args.write:
         args.write.write_text("\n".join(REPORT) + "\n", encoding="utf-8")

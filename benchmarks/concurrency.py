@@ -41,11 +41,20 @@ def concurrency(server_path: Path, count: int) -> None:
     finally:
         wire.close()
     unkeyed, keyed = percentile(throughput[False], 50), percentile(throughput[True], 50)
-    print_table(f"4. Concurrency over stdio on the 1.x server, quiet ({count} calls in flight at once, "
-                f"median of {ROUNDS} alternated rounds)",
-                ["calls", "calls/s", "charges per burst", "target", ""],
-                [["no key", f"{unkeyed:.0f}", count, f"== {count}", "MET"],
-                 ["distinct keys", f"{keyed:.0f}", count, f"== {count}", "MET"],
-                 ["keyed / unkeyed throughput", f"{keyed / unkeyed:.3f}", "", f">= {THROUGHPUT_TARGET}",
-                  verdict(keyed / unkeyed >= THROUGHPUT_TARGET)]],
-                "A wrong charge count fails the run: every burst above charged exactly once per call.")
+    print_table(
+        f"4. Concurrency over stdio on the 1.x server, quiet ({count} calls in flight at once, "
+        f"median of {ROUNDS} alternated rounds)",
+        ["calls", "calls/s", "charges per burst", "target", ""],
+        [
+            ["no key", f"{unkeyed:.0f}", count, f"== {count}", "MET"],
+            ["distinct keys", f"{keyed:.0f}", count, f"== {count}", "MET"],
+            [
+                "keyed / unkeyed throughput",
+                f"{keyed / unkeyed:.3f}",
+                "",
+                f">= {THROUGHPUT_TARGET}",
+                verdict(keyed / unkeyed >= THROUGHPUT_TARGET),
+            ],
+        ],
+        "A wrong charge count fails the run: every burst above charged exactly once per call.",
+    )

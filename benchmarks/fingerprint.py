@@ -48,8 +48,14 @@ def sdk_timings(python: str, lines: list[str], repeats: int, server_path: Path) 
     """Run fingerprint_timing.py with `python` (one SDK's interpreter) on `lines`; its SDK and raw samples."""
     # Without the bench's PYTHONPATH: each interpreter imports what its server imports, from its own environment.
     environment = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
-    run = subprocess.run([python, str(FINGERPRINT_TIMING)], capture_output=True, text=True, cwd=ROOT, env=environment,
-                         input=json.dumps({"repeats": repeats, "server": str(server_path), "lines": lines}))
+    run = subprocess.run(
+        [python, str(FINGERPRINT_TIMING)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=environment,
+        input=json.dumps({"repeats": repeats, "server": str(server_path), "lines": lines}),
+    )
     if run.returncode != 0:
         raise RuntimeError(f"{FINGERPRINT_TIMING.name} failed under {python}:\n{run.stderr}")
     answer = json.loads(run.stdout)
@@ -62,12 +68,24 @@ def fingerprint_cost(server_path: Path, repeats: int) -> None:
     messages, lengths = [], []
     for size in SIZES.values():
         arguments = arguments_of_size(size)
-        messages.append({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "charge_guarded", "arguments": arguments, "idempotencyKey": str(uuid.UUID(int=SEED))}})
+        messages.append(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {
+                    "name": "charge_guarded",
+                    "arguments": arguments,
+                    "idempotencyKey": str(uuid.UUID(int=SEED)),
+                },
+            }
+        )
         lengths.append(len(json.dumps(arguments, separators=(",", ":")).encode()))
     # The same tools/call, on each SDK's revision: 2025-03-26 for 1.x, 2026-07-28 (its _meta envelope) for 2.x.
-    runs = [(sys.executable, "server.py", [json.dumps(message) for message in messages]),
-            (sdk2_python(), "mcp_idempotency", [json.dumps(with_envelope(message)) for message in messages])]
+    runs = [
+        (sys.executable, "server.py", [json.dumps(message) for message in messages]),
+        (sdk2_python(), "mcp_idempotency", [json.dumps(with_envelope(message)) for message in messages]),
+    ]
     rows, digests, notes = [], [], []
     for python, whose, lines in runs:
         sdk, timings = sdk_timings(python, lines, repeats, server_path)
@@ -76,29 +94,60 @@ def fingerprint_cost(server_path: Path, repeats: int) -> None:
             median = {name: percentile(values, 50) for name, values in samples.items()}
             fingerprint, parse = median["fingerprint"], median["parse"]
             ns_per_byte[label] = fingerprint / length
-            rows.append([f"{sdk}, {whose}", label, length, f"{fingerprint / 1000:.1f}", f"{parse / 1000:.1f}",
-                         f"{fingerprint / parse:.2f}", f"<= {FINGERPRINT_TARGET}",
-                         verdict(fingerprint / parse <= FINGERPRINT_TARGET), f"{ns_per_byte[label]:.1f}"])
-            digests.append([sdk, label, f"{median['blake2b'] / 1000:.1f}", f"{median['sha256'] / 1000:.1f}",
-                            f"{median['blake2b'] / median['sha256']:.2f}",
-                            "pays" if median["blake2b"] < median["sha256"] else "does not pay"])
+            rows.append(
+                [
+                    f"{sdk}, {whose}",
+                    label,
+                    length,
+                    f"{fingerprint / 1000:.1f}",
+                    f"{parse / 1000:.1f}",
+                    f"{fingerprint / parse:.2f}",
+                    f"<= {FINGERPRINT_TARGET}",
+                    verdict(fingerprint / parse <= FINGERPRINT_TARGET),
+                    f"{ns_per_byte[label]:.1f}",
+                ]
+            )
+            digests.append(
+                [
+                    sdk,
+                    label,
+                    f"{median['blake2b'] / 1000:.1f}",
+                    f"{median['sha256'] / 1000:.1f}",
+                    f"{median['blake2b'] / median['sha256']:.2f}",
+                    "pays" if median["blake2b"] < median["sha256"] else "does not pay",
+                ]
+            )
         growth = ns_per_byte["1 MiB"] / ns_per_byte["64 KiB"]
-        notes.append(f"{sdk}: ns/byte x{growth:.2f} (target <= {LINEAR_TARGET}, linear): "
-                     f"{verdict(growth <= LINEAR_TARGET)}.")
-    print_table(f"2a. Fingerprint cost against argument size (medians of {repeats} interleaved repetitions, "
-                f"each SDK in its own interpreter, each server's own fingerprint)",
-                ["SDK, fingerprint of", "arguments", "JSON bytes", "fingerprint µs", "SDK parse µs",
-                 "fingerprint / SDK", "target", "", "fingerprint ns/byte"], rows,
-                "The fingerprint timed is the function each server runs: server.py's own (SHA-256 over json.dumps "
-                "with sort_keys), imported from the script; the package's mcp_idempotency.rules.fingerprint "
-                "(BLAKE2b over pydantic's JSON of the sorted value), as layer.py calls it on ctx.params. SDK parse: "
-                "mcp 1.x validates the line as a JSONRPCMessage, then a dump of it as a ClientRequest (its stdio "
-                "server and session); mcp 2.x validates it with jsonrpc_message_adapter.validate_json (its stdio "
-                "server), then the params against the revision's surface and as CallToolRequestParams (its "
-                "runner, before the handler). Growth of the fingerprint's ns/byte from 64 KiB to 1 MiB: "
-                + " ".join(notes))
-    print_table("2b. The fingerprint's digest alone: BLAKE2b (the package's choice) against SHA-256 (server.py's)",
-                ["SDK's interpreter", "arguments", "BLAKE2b µs", "SHA-256 µs", "BLAKE2b / SHA-256", "BLAKE2b"],
-                digests,
-                "Each digest of the request line's bytes (as long as the text the fingerprint hashes), timed beside "
-                "the rows of 2a. \"pays\": BLAKE2b is the cheaper of the two at that size.")
+        notes.append(
+            f"{sdk}: ns/byte x{growth:.2f} (target <= {LINEAR_TARGET}, linear): {verdict(growth <= LINEAR_TARGET)}."
+        )
+    print_table(
+        f"2a. Fingerprint cost against argument size (medians of {repeats} interleaved repetitions, "
+        f"each SDK in its own interpreter, each server's own fingerprint)",
+        [
+            "SDK, fingerprint of",
+            "arguments",
+            "JSON bytes",
+            "fingerprint µs",
+            "SDK parse µs",
+            "fingerprint / SDK",
+            "target",
+            "",
+            "fingerprint ns/byte",
+        ],
+        rows,
+        "The fingerprint timed is the function each server runs: server.py's own (SHA-256 over json.dumps "
+        "with sort_keys), imported from the script; the package's mcp_idempotency.rules.fingerprint "
+        "(BLAKE2b over pydantic's JSON of the sorted value), as layer.py calls it on ctx.params. SDK parse: "
+        "mcp 1.x validates the line as a JSONRPCMessage, then a dump of it as a ClientRequest (its stdio "
+        "server and session); mcp 2.x validates it with jsonrpc_message_adapter.validate_json (its stdio "
+        "server), then the params against the revision's surface and as CallToolRequestParams (its "
+        "runner, before the handler). Growth of the fingerprint's ns/byte from 64 KiB to 1 MiB: " + " ".join(notes),
+    )
+    print_table(
+        "2b. The fingerprint's digest alone: BLAKE2b (the package's choice) against SHA-256 (server.py's)",
+        ["SDK's interpreter", "arguments", "BLAKE2b µs", "SHA-256 µs", "BLAKE2b / SHA-256", "BLAKE2b"],
+        digests,
+        "Each digest of the request line's bytes (as long as the text the fingerprint hashes), timed beside "
+        'the rows of 2a. "pays": BLAKE2b is the cheaper of the two at that size.',
+    )

@@ -30,8 +30,9 @@ except ImportError:
     mcp_types = None
 
 if mcp_types is not None:
-    from mcp_idempotency.rules import fingerprint as layer_fingerprint
     from mcp_types.methods import validate_client_request
+
+    from mcp_idempotency.rules import fingerprint as layer_fingerprint
 
     def sdk_parse(line: str):
         """The 2.x SDK's parse of one tools/call line, up to the handler's typed params."""
@@ -60,7 +61,8 @@ else:
         # mcp/server/session.py:96 (1.9.4: 90) makes types.ClientRequest.
         message = types.JSONRPCMessage.model_validate_json(line)
         return types.ClientRequest.model_validate(
-            message.root.model_dump(by_alias=True, mode="json", exclude_none=True)).root
+            message.root.model_dump(by_alias=True, mode="json", exclude_none=True)
+        ).root
 
     def fingerprint(request, server) -> bytes:
         """What server.py's dispatch layer computes from the parsed request: server.py's own function."""

@@ -21,11 +21,21 @@ from pathlib import Path
 from typing import NoReturn
 
 import anyio
-from mcp_idempotency.rules import MAX_RECORDS  # both servers' default bound on live records (P9)
 from wire import (
-    ABSENT, REPLY_TIMEOUT, SDK2_SERVER, SERVER, HttpWire, LegacyStdioWire, ModernStdioWire, Wire, free_port,
-    sdk2_python, with_envelope,
+    ABSENT,
+    REPLY_TIMEOUT,
+    SDK2_SERVER,
+    SERVER,
+    HttpWire,
+    LegacyStdioWire,
+    ModernStdioWire,
+    Wire,
+    free_port,
+    sdk2_python,
+    with_envelope,
 )
+
+from mcp_idempotency.rules import MAX_RECORDS  # both servers' default bound on live records (P9)
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 3182  # any fixed seed: the same shuffles and payloads on every run and machine
@@ -92,8 +102,14 @@ def progress(message: str) -> None:
 # ----------------------------------------------------------------------------
 
 
-def launch(target: str, *server_args: str, verbose: bool = False, server: Path | None = None,
-           headers: dict | None = None, instruments: dict[str, str] | None = None) -> Wire:
+def launch(
+    target: str,
+    *server_args: str,
+    verbose: bool = False,
+    server: Path | None = None,
+    headers: dict | None = None,
+    instruments: dict[str, str] | None = None,
+) -> Wire:
     """tests/wire.py's start(), but quiet unless `verbose`; a 2.x server is given its --store by the caller,
     over HTTP `headers` (a bearer token) with every message, and with `instruments` (SEP3182_BENCH_* variables)
     benchmarks/instruments/sitecustomize.py."""
@@ -259,8 +275,16 @@ def round_trip_rows(subject: Subject) -> list[list]:
     for kind, target in ((UNKEYED, None), (FRESH, subject.keyed_target), (REPLAY, subject.replay_target)):
         ratio = subject.median(kind) / unkeyed
         judged = ["", ""] if target is None else [f"<= {target:.2f}", verdict(ratio <= target)]
-        rows.append([subject.label, kind, f"{subject.median(kind):.0f}", f"{percentile(subject.samples[kind], 99):.0f}",
-                     f"{ratio:.3f}", *judged])
+        rows.append(
+            [
+                subject.label,
+                kind,
+                f"{subject.median(kind):.0f}",
+                f"{percentile(subject.samples[kind], 99):.0f}",
+                f"{ratio:.3f}",
+                *judged,
+            ]
+        )
     return rows
 
 
@@ -310,8 +334,10 @@ class Postgres:
 
     def size(self, url: str, vacuum: bool = False) -> tuple[int, int, int]:
         """Bytes of the records table (indexes, TOAST), its rows and their outcomes' bytes; VACUUM FULL first if so."""
-        query = ("SELECT concat_ws(' ', pg_total_relation_size('idempotency_records'), count(*), "
-                 "coalesce(sum(octet_length(outcome)), 0)) FROM idempotency_records")
+        query = (
+            "SELECT concat_ws(' ', pg_total_relation_size('idempotency_records'), count(*), "
+            "coalesce(sum(octet_length(outcome)), 0)) FROM idempotency_records"
+        )
         before = ["VACUUM FULL idempotency_records"] if vacuum else []
         size, rows, outcomes = anyio.run(self._fetch, url, query, *before).split()
         return int(size), int(rows), int(outcomes)
@@ -325,8 +351,9 @@ def sqlite_size(path: Path, vacuum: bool = False) -> tuple[int, int, int]:
         if vacuum:
             db.execute("VACUUM")
         pages, page_size = db.execute("PRAGMA page_count").fetchone()[0], db.execute("PRAGMA page_size").fetchone()[0]
-        rows, outcomes = db.execute("SELECT count(*), coalesce(sum(length(CAST(outcome AS BLOB))), 0) "
-                                    "FROM idempotency_records").fetchone()
+        rows, outcomes = db.execute(
+            "SELECT count(*), coalesce(sum(length(CAST(outcome AS BLOB))), 0) FROM idempotency_records"
+        ).fetchone()
         return pages * page_size, rows, outcomes
     finally:
         db.close()

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import anyio
 import mcp.types as types
-from client_demo import call_tool
+from harness import check, fail, print_table, progress, verdict
 from mcp.shared.exceptions import McpError
 from mcp.shared.memory import create_connected_server_and_client_session
-
-from harness import check, fail, print_table, progress, verdict
 from reference import load_server
 from wire import REPLY_TIMEOUT
+
+from client_demo import call_tool
 
 RECORD_TARGET = 2048  # bytes: 10,000 records (P9's bound) then cost at most 20 MiB
 # Bytes a fill and expiry may leave above the one before: interpreter caches and a
@@ -118,16 +118,22 @@ def memory(server_path: Path, records: int) -> None:
     """Section 3: what the 1.x store holds per record, and what expiry gives back."""
     progress(f"3. memory: {1 + REFILLS} times {records} keyed calls through the in-memory session, under tracemalloc")
     per_record, kept, residue = anyio.run(store_memory, load_server(server_path), records)
-    print_table(f"3. Memory of the 1.x store (tracemalloc, in process, {records} records of the demo's real results)",
-                ["measure", "bytes", "target", ""],
-                [["per stored record", f"{per_record:.0f}", f"<= {RECORD_TARGET}",
-                  verdict(per_record <= RECORD_TARGET)],
-                 ["after expiry: left above the baseline (the store's dict keeps the table it grew to)",
-                  f"{kept}", "", ""],
-                 [f"after {1 + REFILLS} fills and expiries: the last left above the one before", f"{residue}",
-                  f"<= {RESIDUE_TARGET}", verdict(residue <= RESIDUE_TARGET)]],
-                "Records are made by keyed calls and forgotten by the server's own expiry, which each keyed call runs "
-                "first once the fake clock has passed their window: the store is never reached into. A dict does "
-                "not shrink when emptied, so the first expiry leaves the table the records grew, and the next "
-                "fill may resize it; once the fills meet the table the one before left, what an expiry leaves "
-                "above the one before is what the records did not give back.")
+    print_table(
+        f"3. Memory of the 1.x store (tracemalloc, in process, {records} records of the demo's real results)",
+        ["measure", "bytes", "target", ""],
+        [
+            ["per stored record", f"{per_record:.0f}", f"<= {RECORD_TARGET}", verdict(per_record <= RECORD_TARGET)],
+            ["after expiry: left above the baseline (the store's dict keeps the table it grew to)", f"{kept}", "", ""],
+            [
+                f"after {1 + REFILLS} fills and expiries: the last left above the one before",
+                f"{residue}",
+                f"<= {RESIDUE_TARGET}",
+                verdict(residue <= RESIDUE_TARGET),
+            ],
+        ],
+        "Records are made by keyed calls and forgotten by the server's own expiry, which each keyed call runs "
+        "first once the fake clock has passed their window: the store is never reached into. A dict does "
+        "not shrink when emptied, so the first expiry leaves the table the records grew, and the next "
+        "fill may resize it; once the fills meet the table the one before left, what an expiry leaves "
+        "above the one before is what the records did not give back.",
+    )

@@ -3,8 +3,17 @@
 from pathlib import Path
 
 from harness import (
-    ROUND_TRIP_COLUMNS, WARMUP_ROUNDS, Subject, close_all, launch_all, print_table, progress, records_after,
-    room_for, round_trip_rows, round_trips,
+    ROUND_TRIP_COLUMNS,
+    WARMUP_ROUNDS,
+    Subject,
+    close_all,
+    launch_all,
+    print_table,
+    progress,
+    records_after,
+    room_for,
+    round_trip_rows,
+    round_trips,
 )
 from wire import TARGETS
 
@@ -22,20 +31,33 @@ def round_trip(server_path: Path, calls: int) -> None:
     """Section 1: every target, quiet and --verbose, six servers measured in one interleaved loop."""
     progress(f"1. round trip: 6 servers, {min(WARMUP_ROUNDS, calls)} warm-up rounds, then {calls} rounds of 3 calls")
     configurations = [(target, verbose) for verbose in (False, True) for target in TARGETS]
-    wires = launch_all(*[((target, *target_args(target, calls)), {"verbose": verbose, "server": server_path})
-                         for target, verbose in configurations])
+    wires = launch_all(
+        *[
+            ((target, *target_args(target, calls)), {"verbose": verbose, "server": server_path})
+            for target, verbose in configurations
+        ]
+    )
     try:
-        subjects = [Subject(target, wire, KEYED_TARGET, REPLAY_TARGET)
-                    for (target, _), wire in zip(configurations, wires)]
+        subjects = [
+            Subject(target, wire, KEYED_TARGET, REPLAY_TARGET) for (target, _), wire in zip(configurations, wires)
+        ]
         round_trips(subjects, calls)
     finally:
         close_all(wires)
-    for verbose, (suffix, heading) in ((False, ("a", "as a user runs the servers: quiet, the default")),
-                                       (True, ("b", "with --verbose: the decision log on, as the demos run it"))):
-        rows = [row for subject, (_, v) in zip(subjects, configurations) if v == verbose
-                for row in round_trip_rows(subject)]
-        print_table(f"1{suffix}. Round trip per target, {heading} ({calls} calls of each kind, interleaved)",
-                    ROUND_TRIP_COLUMNS, rows,
-                    f"All six servers (1a and 1b) were measured in one loop, interleaved call by call. "
-                    f"The 2.x servers ran with --store memory. Each store held {records_after(calls)} records at "
-                    f"the end: one per fresh key, warm-up included." if verbose else "")
+    for verbose, (suffix, heading) in (
+        (False, ("a", "as a user runs the servers: quiet, the default")),
+        (True, ("b", "with --verbose: the decision log on, as the demos run it")),
+    ):
+        rows = [
+            row for subject, (_, v) in zip(subjects, configurations) if v == verbose for row in round_trip_rows(subject)
+        ]
+        print_table(
+            f"1{suffix}. Round trip per target, {heading} ({calls} calls of each kind, interleaved)",
+            ROUND_TRIP_COLUMNS,
+            rows,
+            f"All six servers (1a and 1b) were measured in one loop, interleaved call by call. "
+            f"The 2.x servers ran with --store memory. Each store held {records_after(calls)} records at "
+            f"the end: one per fresh key, warm-up included."
+            if verbose
+            else "",
+        )

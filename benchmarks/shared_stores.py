@@ -13,16 +13,33 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import trips
 from concurrency import ROUNDS
 from harness import (
-    ROUND_TRIP_COLUMNS, STORES, WARMUP_ROUNDS, HttpCaller, Postgres, Subject, check, close_all, launch_all,
-    measured_stores, new_store, percentile, print_table, progress, records_after, room_for, round_trip_rows,
-    round_trips, sqlite_size, succeeded,
+    ROUND_TRIP_COLUMNS,
+    STORES,
+    WARMUP_ROUNDS,
+    HttpCaller,
+    Postgres,
+    Subject,
+    check,
+    close_all,
+    launch_all,
+    measured_stores,
+    new_store,
+    percentile,
+    print_table,
+    progress,
+    records_after,
+    room_for,
+    round_trip_rows,
+    round_trips,
+    sqlite_size,
+    succeeded,
 )
 from wire import HttpWire
 
@@ -92,14 +109,24 @@ def shared_stores(calls: int, clients: int, scale_calls: int, postgres: Postgres
         stores = []
         for label in labels:
             url = new_store(label, folder, postgres)
-            size = (functools.partial(sqlite_size, Path(url.removeprefix("sqlite:"))) if label == "SQLite"
-                    else functools.partial(postgres.size, url) if label == "PostgreSQL" else None)
+            size = (
+                functools.partial(sqlite_size, Path(url.removeprefix("sqlite:")))
+                if label == "SQLite"
+                else functools.partial(postgres.size, url)
+                if label == "PostgreSQL"
+                else None
+            )
             stores.append(Store(label, url, size))
         progress(f"5. stores: {', '.join(labels)}, {INSTANCES} instances on each shared one")
         room = room_for(records_after(calls) + (1 + ROUNDS) * 2 * scale_calls)
         counts = [INSTANCES if store.label in SHARED else 1 for store in stores]
-        wires = launch_all(*[(("2x-http", "--store", store.url, *room), {})
-                             for store, count in zip(stores, counts) for _ in range(count)])
+        wires = launch_all(
+            *[
+                (("2x-http", "--store", store.url, *room), {})
+                for store, count in zip(stores, counts)
+                for _ in range(count)
+            ]
+        )
         for store, count in zip(stores, counts):
             store.wires, wires = wires[:count], wires[count:]
         try:
@@ -126,8 +153,10 @@ def measure_stores(stores: list[Store], calls: int, clients: int, scale_calls: i
     round_trips([store.subject for store in stores], calls)
     for store in shared:
         store.sizes["before"] = store.size()
-    progress(f"5. instances: a warm-up and {ROUNDS} rounds of {scale_calls} keyed calls from {clients} threads "
-             f"on 1 and on {INSTANCES} instances of each shared store")
+    progress(
+        f"5. instances: a warm-up and {ROUNDS} rounds of {scale_calls} keyed calls from {clients} threads "
+        f"on 1 and on {INSTANCES} instances of each shared store"
+    )
     made = 0
     for number in range(1 + ROUNDS):
         for store in shared:
@@ -154,41 +183,75 @@ def report_stores(stores: list[Store], postgres: Postgres, calls: int, clients: 
             rows += rows_of(measured[label]) if label in measured else [[label, missing, *[""] * (width - 2)]]
         return rows
 
-    print_table(f"5a. Stores: round trip over HTTP on the 2.x server, quiet ({calls} calls of each kind, "
-                f"interleaved)", ROUND_TRIP_COLUMNS, each(STORES, lambda store: round_trip_rows(store.subject), 7),
-                "The three stores were measured in one loop, interleaved call by call, each server on a store of its "
-                "own. The unkeyed call (charge_unguarded) writes the same ledger in the same store, so on SQLite and "
-                "PostgreSQL the ratios are what the claim, the record and the replay cost on top of a call that "
-                "already writes. Targets, keyed: memory <= 1.05, SQLite <= 1.10, PostgreSQL <= 1.25; replay <= 0.80.")
-    print_table("5b. Stores: round trips of one call of each kind, counted", trips.COLUMNS,
-                each(STORES, lambda store: trips.rows(store.counted), len(trips.COLUMNS)), trips.NOTE)
+    print_table(
+        f"5a. Stores: round trip over HTTP on the 2.x server, quiet ({calls} calls of each kind, interleaved)",
+        ROUND_TRIP_COLUMNS,
+        each(STORES, lambda store: round_trip_rows(store.subject), 7),
+        "The three stores were measured in one loop, interleaved call by call, each server on a store of its "
+        "own. The unkeyed call (charge_unguarded) writes the same ledger in the same store, so on SQLite and "
+        "PostgreSQL the ratios are what the claim, the record and the replay cost on top of a call that "
+        "already writes. Targets, keyed: memory <= 1.05, SQLite <= 1.10, PostgreSQL <= 1.25; replay <= 0.80.",
+    )
+    print_table(
+        "5b. Stores: round trips of one call of each kind, counted",
+        trips.COLUMNS,
+        each(STORES, lambda store: trips.rows(store.counted), len(trips.COLUMNS)),
+        trips.NOTE,
+    )
 
     def sizes(store: Store) -> list[list]:
         (empty, _, _), (before, rows_before, _) = store.sizes["empty"], store.sizes["before"]
         (after, rows_after, _), (vacuumed, live, outcomes) = store.sizes["after"], store.sizes["vacuumed"]
         added = rows_after - rows_before
-        return [[store.label, added, f"{before} -> {after}", f"{(after - before) / added:.0f}",
-                 f"{empty} -> {vacuumed}", f"{(vacuumed - empty) / live:.0f}", f"{outcomes / live:.0f}"]]
+        return [
+            [
+                store.label,
+                added,
+                f"{before} -> {after}",
+                f"{(after - before) / added:.0f}",
+                f"{empty} -> {vacuumed}",
+                f"{(vacuumed - empty) / live:.0f}",
+                f"{outcomes / live:.0f}",
+            ]
+        ]
 
-    print_table("5c. Shared stores: bytes per stored record",
-                ["store", "records added", "bytes before -> after", "bytes per record, as written",
-                 "bytes empty -> after VACUUM", "bytes per record, live", "of which outcome text"],
-                each(SHARED, sizes, 7),
-                "SQLite: page_count x page_size of the database file, the WAL's pages included. PostgreSQL: "
-                "pg_total_relation_size of idempotency_records: heap, TOAST and both indexes. \"As written\": the "
-                "growth over the keyed calls of 5d, divided by the records they added (one each, checked). "
-                "\"Live\": the store after VACUUM (FULL, for PostgreSQL), less the empty store, divided by every "
-                "record it holds. A record is a completed call: key, fingerprint, expiry and its outcome as JSON text.")
+    print_table(
+        "5c. Shared stores: bytes per stored record",
+        [
+            "store",
+            "records added",
+            "bytes before -> after",
+            "bytes per record, as written",
+            "bytes empty -> after VACUUM",
+            "bytes per record, live",
+            "of which outcome text",
+        ],
+        each(SHARED, sizes, 7),
+        "SQLite: page_count x page_size of the database file, the WAL's pages included. PostgreSQL: "
+        'pg_total_relation_size of idempotency_records: heap, TOAST and both indexes. "As written": the '
+        "growth over the keyed calls of 5d, divided by the records they added (one each, checked). "
+        '"Live": the store after VACUUM (FULL, for PostgreSQL), less the empty store, divided by every '
+        "record it holds. A record is a completed call: key, fingerprint, expiry and its outcome as JSON text.",
+    )
 
     def instances(store: Store) -> list[list]:
         one, many = (percentile(store.throughput[count], 50) for count in (1, INSTANCES))
         return [[store.label, f"{one:.0f}", f"{many:.0f}", f"{many / one:.2f}", clients, os.cpu_count()]]
 
-    print_table(f"5d. Shared stores: {INSTANCES} instances on one store against 1 ({scale_calls} fresh keyed calls "
-                f"a round from {clients} client threads, median of {ROUNDS} alternated rounds)",
-                ["store", "calls/s, 1 instance", f"calls/s, {INSTANCES} instances", f"{INSTANCES} / 1",
-                 "client threads", "CPU cores"], each(SHARED, instances, 6),
-                f"No target. Every process (the instances, the client threads, PostgreSQL) shares these "
-                f"{os.cpu_count()} cores, so {INSTANCES} instances can at best add the cores one instance leaves idle; "
-                f"beyond that the figure shows what sharing one store costs (SQLite lets one writer in at a time, "
-                f"across processes). Every round's charges were counted: exactly one per call.")
+    print_table(
+        f"5d. Shared stores: {INSTANCES} instances on one store against 1 ({scale_calls} fresh keyed calls "
+        f"a round from {clients} client threads, median of {ROUNDS} alternated rounds)",
+        [
+            "store",
+            "calls/s, 1 instance",
+            f"calls/s, {INSTANCES} instances",
+            f"{INSTANCES} / 1",
+            "client threads",
+            "CPU cores",
+        ],
+        each(SHARED, instances, 6),
+        f"No target. Every process (the instances, the client threads, PostgreSQL) shares these "
+        f"{os.cpu_count()} cores, so {INSTANCES} instances can at best add the cores one instance leaves idle; "
+        f"beyond that the figure shows what sharing one store costs (SQLite lets one writer in at a time, "
+        f"across processes). Every round's charges were counted: exactly one per call.",
+    )

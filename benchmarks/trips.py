@@ -42,8 +42,9 @@ def count(label: str, store: str, undo: str | None = None) -> Counted:
         for key in keys[:WARMUP]:
             for tool, sent in (("charge_unguarded", ABSENT), ("charge_guarded", key), ("charge_guarded", key)):
                 succeeded(json.loads(caller.call(tool, sent)))
-        for kind, (tool, key) in zip(KINDS, (("charge_unguarded", ABSENT), ("charge_guarded", keys[-1]),
-                                             ("charge_guarded", keys[-1]))):
+        for kind, (tool, key) in zip(
+            KINDS, (("charge_unguarded", ABSENT), ("charge_guarded", keys[-1]), ("charge_guarded", keys[-1]))
+        ):
             before = os.path.getsize(path)
             succeeded(json.loads(caller.call(tool, key)))  # every line of its trips is written before it answers
             with open(path, encoding="utf-8") as lines:
@@ -87,14 +88,17 @@ def rows(counted: Counted) -> list[list]:
         if kind == FRESH:
             extra = counted.trips(FRESH) - counted.trips(UNKEYED)
             judged = [f"{extra:+d}", f"<= +{FLOOR}", "MET" if extra <= FLOOR else "MISSED"]
-        table.append([counted.label, kind, counted.trips(kind), counted.statements(kind), *judged,
-                      spelled(counted.sent[kind])])
+        table.append(
+            [counted.label, kind, counted.trips(kind), counted.statements(kind), *judged, spelled(counted.sent[kind])]
+        )
     return table
 
 
-NOTE = ("Counted in a server of its own on a store of its own (benchmarks/instruments/sitecustomize.py wraps "
-        "sqlite3's connections, anyio's worker-thread hop and asyncpg's calls from outside), one call of each "
-        f"kind after {WARMUP} of each. A round trip is a hop to a worker thread, where SQLite's unit of work "
-        "runs and waits for the disk, or a call to the PostgreSQL server; statements SQLite runs on the event "
-        "loop (`loop:`, the claim, refused if it would wait, committed with synchronous=NORMAL) take no hop. "
-        "The floor is the claim: one trip more than an unkeyed call.")
+NOTE = (
+    "Counted in a server of its own on a store of its own (benchmarks/instruments/sitecustomize.py wraps "
+    "sqlite3's connections, anyio's worker-thread hop and asyncpg's calls from outside), one call of each "
+    f"kind after {WARMUP} of each. A round trip is a hop to a worker thread, where SQLite's unit of work "
+    "runs and waits for the disk, or a call to the PostgreSQL server; statements SQLite runs on the event "
+    "loop (`loop:`, the claim, refused if it would wait, committed with synchronous=NORMAL) take no hop. "
+    "The floor is the claim: one trip more than an unkeyed call."
+)

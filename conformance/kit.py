@@ -36,8 +36,11 @@ from pathlib import Path
 
 MODERN = "2026-07-28"
 HANDSHAKE = "2025-11-25"
-ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/clientInfo": {"name": "sep-3182-kit", "version": "1"}}
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "sep-3182-kit", "version": "1"},
+}
 SPEC_URL = "https://github.com/modelcontextprotocol/modelcontextprotocol/pull/3182"
 
 # The error.data.type values of the SEP's examples (S1a, S3b) and of this project's positions (P2, P9).
@@ -62,8 +65,11 @@ class Skipped(Exception):
 # The credentials the authorisation checks need beyond --bearer: option, what it is, what it tests.
 CREDENTIALS = {
     "second_bearer": ("--second-bearer", "a second principal's token", "keys across principals (K2)"),
-    "narrowed_bearer": ("--narrowed-bearer", "the first principal's token without the charge tool's scope",
-                        "a replay's authorisation (K3)"),
+    "narrowed_bearer": (
+        "--narrowed-bearer",
+        "the first principal's token without the charge tool's scope",
+        "a replay's authorisation (K3)",
+    ),
 }
 
 
@@ -125,10 +131,12 @@ class Connection:
         """A request whose params members are JSON text as written (`1e0`, `-0`, member order kept)."""
         if self.revision == MODERN:
             envelope = json.dumps(ENVELOPE)[1:-1]
-            members = (members.replace('"_meta":{', '"_meta":{' + envelope + ",", 1) if '"_meta":{' in members
-                       else f'{members},"_meta":{{{envelope}}}')
-        return (f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},"method":{json.dumps(method)},'
-                f'"params":{{{members}}}}}')
+            members = (
+                members.replace('"_meta":{', '"_meta":{' + envelope + ",", 1)
+                if '"_meta":{' in members
+                else f'{members},"_meta":{{{envelope}}}'
+            )
+        return f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},"method":{json.dumps(method)},"params":{{{members}}}}}'
 
     def new_id(self) -> int:
         with self.numbering:
@@ -138,7 +146,12 @@ class Connection:
     def send_request(self, method: str, params=None) -> int:
         """Send a request without waiting; its id."""
         request_id = self.new_id()
-        message = {"jsonrpc": "2.0", "id": request_id, "method": method, **({} if params is None else {"params": params})}
+        message = {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": method,
+            **({} if params is None else {"params": params}),
+        }
         self.send_text(json.dumps(self.frame(message)), request_id)
         return request_id
 
@@ -187,9 +200,15 @@ class Stdio(Connection):
     def __init__(self, command: str, timeout: float):
         super().__init__(timeout)
         self.command = command
-        self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.stderr, text=True, encoding="utf-8")
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the server's stderr, open as long as it runs)
+        self.process = subprocess.Popen(
+            shlex.split(command),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            encoding="utf-8",
+        )
         self.lines: queue.Queue = queue.Queue()
         self.replies: dict = {}
         self.writing = threading.Lock()
@@ -261,8 +280,12 @@ class Http(Connection):
         self.sockets: dict = {}
 
     def headers(self, text: str) -> dict:
-        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-                   "MCP-Protocol-Version": self.revision, **self.extra_headers}
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": self.revision,
+            **self.extra_headers,
+        }
         if self.session_id:
             headers["Mcp-Session-Id"] = self.session_id
         with contextlib.suppress(ValueError, AttributeError, TypeError):
@@ -350,8 +373,10 @@ def opened(connection: Connection, revision: str) -> dict:
         if revision == MODERN:
             raise ConnectionError("the server did not answer server/discover on 2026-07-28")
     connection.revision = HANDSHAKE
-    answer = connection.request("initialize", {"protocolVersion": HANDSHAKE, "capabilities": {},
-                                               "clientInfo": {"name": "sep-3182-kit", "version": "1"}})
+    answer = connection.request(
+        "initialize",
+        {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "sep-3182-kit", "version": "1"}},
+    )
     if "result" not in answer:
         raise ConnectionError(f"initialize failed: {answer}")
     connection.revision = answer["result"].get("protocolVersion", HANDSHAKE)
@@ -375,8 +400,10 @@ class Server:
         self.tools = {tool["name"]: tool for tool in tools}
         missing = [name for name in (options.charge_tool, options.count_tool) if name not in self.tools]
         if missing:
-            raise ConnectionError(f"the server lists no tool {', '.join(missing)} (the fixture contract; "
-                                  "name yours with --charge-tool and --count-tool)")
+            raise ConnectionError(
+                f"the server lists no tool {', '.join(missing)} (the fixture contract; "
+                "name yours with --charge-tool and --count-tool)"
+            )
 
     def __getattr__(self, name):
         return getattr(self.connection, name)
@@ -466,25 +493,33 @@ class Check:
 def check(id: str, name: str, severity: str, rows: list, needs: str = "main", uses: tuple = ()):
     """Register a check: `rows` are the SEP rows and project positions it tests; `needs` the server it runs on;
     `uses` the other servers it opens for rows of its own, where the command line names them."""
+
     def register(run):
         CHECKS.append(Check(f"sep-3182-{id}", name, severity, rows, needs, run, uses))
         return run
+
     return register
 
 
 # --- C: the capability -------------------------------------------------------
 
 
-@check("capability-declared", "capabilities.tools.idempotency is an object where a client discovers it", "MUST",
-       ["C1", "C2", "L1", "P11", "P14"])
+@check(
+    "capability-declared",
+    "capabilities.tools.idempotency is an object where a client discovers it",
+    "MUST",
+    ["C1", "C2", "L1", "P11", "P14"],
+)
 def capability_declared(server: Server) -> dict:
     """A server that supports SEP-3182 declares capabilities.tools.idempotency as an object, in the
     server/discover result (2026-07-28) or the initialize result (2025 handshake); its settings
     (issue 25: maxKeyLength, retentionSeconds) are sep-3182-capability-settings' business."""
     tools = server.opening["capabilities"].get("tools") or {}
     expect("idempotency" in tools, f"capabilities.tools has no idempotency: {tools}")
-    expect(isinstance(tools["idempotency"], dict),
-           f"capabilities.tools.idempotency is {tools['idempotency']!r}, not an object")
+    expect(
+        isinstance(tools["idempotency"], dict),
+        f"capabilities.tools.idempotency is {tools['idempotency']!r}, not an object",
+    )
     return {"revision": server.opening["revision"], "tools": tools}
 
 
@@ -497,8 +532,13 @@ def positive_integer(value) -> bool:
     return type(value) is int and value > 0
 
 
-@check("capability-settings", "the capability's maxKeyLength and retentionSeconds are positive integers, and "
-       "maxKeyLength is the longest key accepted", "MUST", ["C2", "WG1.6", "P2", "P8"])
+@check(
+    "capability-settings",
+    "the capability's maxKeyLength and retentionSeconds are positive integers, and "
+    "maxKeyLength is the longest key accepted",
+    "MUST",
+    ["C2", "WG1.6", "P2", "P8"],
+)
 def capability_settings(server: Server) -> dict:
     """Issue 25: capabilities.tools.idempotency = {"maxKeyLength": N, "retentionSeconds": R}. Each present is a
     positive integer (MUST); a key of exactly N characters is accepted (the call runs), one of N + 1 is
@@ -515,13 +555,17 @@ def capability_settings(server: Server) -> dict:
         key = ("k" * max(longest - len(suffix), 0) + suffix)[-longest:]
         before = server.count()
         first = server.charge(100, key)
-        expect(succeeded(first) and server.count() == before + 1,
-               f"a key of exactly maxKeyLength ({longest}) characters was not accepted: {json.dumps(first)[:200]}")
+        expect(
+            succeeded(first) and server.count() == before + 1,
+            f"a key of exactly maxKeyLength ({longest}) characters was not accepted: {json.dumps(first)[:200]}",
+        )
         before = server.count()
         refused = server.charge(100, key + "k")
-        expect(error_type(refused) == INVALID_KEY and server.count() == before,
-               f"a key of maxKeyLength + 1 ({longest + 1}) characters was not refused as {INVALID_KEY}: "
-               f"{json.dumps(refused)[:200]}")
+        expect(
+            error_type(refused) == INVALID_KEY and server.count() == before,
+            f"a key of maxKeyLength + 1 ({longest + 1}) characters was not refused as {INVALID_KEY}: "
+            f"{json.dumps(refused)[:200]}",
+        )
     absent = [name for name in SETTINGS if name not in settings]
     if absent:
         raise ShouldUnmet(f"capabilities.tools.idempotency advertises no {' and no '.join(absent)} (SHOULD)")
@@ -531,8 +575,12 @@ def capability_settings(server: Server) -> dict:
 # --- S0, S2: a repeated key --------------------------------------------------
 
 
-@check("repeat-executes-once", "a repeated key (new JSON-RPC id) runs the tool once and returns the same result",
-       "MUST", ["S0", "S2", "W4", "W7"])
+@check(
+    "repeat-executes-once",
+    "a repeated key (new JSON-RPC id) runs the tool once and returns the same result",
+    "MUST",
+    ["S0", "S2", "W4", "W7"],
+)
 def repeat_executes_once(server: Server) -> dict:
     """Two tools/calls with one key and equal arguments, under different JSON-RPC ids: one side effect,
     and the second answer is the first's result."""
@@ -545,8 +593,12 @@ def repeat_executes_once(server: Server) -> dict:
     return {"key": key}
 
 
-@check("replay-not-refreshed", "a replay is the recorded outcome, not recomputed against today's state",
-       "MUST", ["S2a", "S2b"])
+@check(
+    "replay-not-refreshed",
+    "a replay is the recorded outcome, not recomputed against today's state",
+    "MUST",
+    ["S2a", "S2b"],
+)
 def replay_not_refreshed(server: Server) -> dict:
     """After the world moves on (an unkeyed charge), a retry still returns the original result, with no
     replay marker added."""
@@ -559,8 +611,12 @@ def replay_not_refreshed(server: Server) -> dict:
     expect(replay.get("result") == original["result"], f"the replay differs from the original: {replay}")
 
 
-@check("error-outcome-recorded", "a tool error is an outcome: recorded, replayed, and a changed retry conflicts",
-       "MUST", ["S2", "S3", "P6"])
+@check(
+    "error-outcome-recorded",
+    "a tool error is an outcome: recorded, replayed, and a changed retry conflicts",
+    "MUST",
+    ["S2", "S3", "P6"],
+)
 def error_outcome_recorded(server: Server) -> dict:
     """The previously produced result is returned "whether that result was a successful response or an
     error response": a keyed charge the tool refuses is replayed, and the same key with corrected
@@ -568,18 +624,25 @@ def error_outcome_recorded(server: Server) -> dict:
     key, before = new_key(), server.count()
     refused = server.charge(server.options.refused_amount, key)
     if succeeded(refused):
-        raise Skipped(f"the charge tool accepted {server.options.refused_amount}; name an amount it refuses "
-                      "with --refused-amount")
+        raise Skipped(
+            f"the charge tool accepted {server.options.refused_amount}; name an amount it refuses with --refused-amount"
+        )
     replay = server.charge(server.options.refused_amount, key)
-    expect({k: v for k, v in replay.items() if k != "id"} == {k: v for k, v in refused.items() if k != "id"},
-           f"the error was not replayed: first {refused}, then {replay}")
+    expect(
+        {k: v for k, v in replay.items() if k != "id"} == {k: v for k, v in refused.items() if k != "id"},
+        f"the error was not replayed: first {refused}, then {replay}",
+    )
     corrected = server.charge(100, key)
     expect(server.count() == before, "the same key with corrected arguments ran the tool")
     expect("error" in corrected, f"the same key with corrected arguments was not rejected: {corrected}")
 
 
-@check("conflict-leaves-the-record", "a rejected conflict is not recorded: the original still replays",
-       "MUST", ["S2", "S3", "K4", "P6"])
+@check(
+    "conflict-leaves-the-record",
+    "a rejected conflict is not recorded: the original still replays",
+    "MUST",
+    ["S2", "S3", "K4", "P6"],
+)
 def conflict_leaves_the_record(server: Server) -> dict:
     """The server's own rejections are answers to one request, not outcomes of the key: after a conflict,
     a retry of the original is still answered with the original's result."""
@@ -608,8 +671,10 @@ def read_only_tool_deduplicated(server: Server) -> dict:
 def shaped(data, kind: str, key: str) -> bool:
     """Is error.data {type, idempotencyKey} as P5 says? A `retryable` member beside them (issue 25) is allowed
     here; whether it holds the right value is sep-3182-rejection-retryable's business."""
-    return isinstance(data, dict) and {name: value for name, value in data.items() if name != "retryable"} == \
-        {"type": kind, "idempotencyKey": key}
+    return isinstance(data, dict) and {name: value for name, value in data.items() if name != "retryable"} == {
+        "type": kind,
+        "idempotencyKey": key,
+    }
 
 
 def conflict_problem(response: dict, key: str) -> str | None:
@@ -621,8 +686,7 @@ def conflict_problem(response: dict, key: str) -> str | None:
     return None
 
 
-@check("conflict-rejected", "the same key with different arguments is rejected and runs nothing", "MUST",
-       ["S3", "E1"])
+@check("conflict-rejected", "the same key with different arguments is rejected and runs nothing", "MUST", ["S3", "E1"])
 def conflict_rejected(server: Server) -> dict:
     """Reuse of a key with other arguments is rejected: the tool does not run with the new arguments, and
     the cached result is not returned."""
@@ -635,8 +699,12 @@ def conflict_rejected(server: Server) -> dict:
     expect("error" in changed, f"the changed request was not rejected: {changed}")
 
 
-@check("conflict-error-data", "a conflict carries error.data {type: idempotency_key_conflict, idempotencyKey}",
-       "SHOULD", ["S3b", "P5"])
+@check(
+    "conflict-error-data",
+    "a conflict carries error.data {type: idempotency_key_conflict, idempotencyKey}",
+    "SHOULD",
+    ["S3b", "P5"],
+)
 def conflict_error_data(server: Server) -> dict:
     key = new_key()
     server.charge(100, key)
@@ -664,8 +732,10 @@ def first_then_retry(server: Server, first: str, retry: str) -> tuple[dict, dict
     key = new_key()
     original = server.reply(server.send_spelled("tools/call", f'{first},"idempotencyKey":{json.dumps(key)}'))
     if not succeeded(original):
-        raise Skipped(f"the first spelling did not succeed ({original}); the charge tool must accept "
-                      "and ignore an extra argument member")
+        raise Skipped(
+            f"the first spelling did not succeed ({original}); the charge tool must accept "
+            "and ignore an extra argument member"
+        )
     server.charge(7)  # a second execution could not return the original's result now
     before = server.count()
     answer = server.reply(server.send_spelled("tools/call", f'{retry},"idempotencyKey":{json.dumps(key)}'))
@@ -678,8 +748,11 @@ def spelling_rows(server: Server, rows: list, want: str) -> dict:
     Conflicts not shaped as P5 says (-32602, error.data type and key) are listed in the details."""
     wrong, unshaped = {}, {}
     for label, first, retry in rows:
-        original, answer, key = first_then_retry(server, charge_members(server, first) if first[0] == "{" else first,
-                                                 charge_members(server, retry) if retry[0] == "{" else retry)
+        original, answer, key = first_then_retry(
+            server,
+            charge_members(server, first) if first[0] == "{" else first,
+            charge_members(server, retry) if retry[0] == "{" else retry,
+        )
         if want == "replay" and answer.get("result") != original["result"]:
             wrong[label] = f"not replayed: {answer}"
         if want == "conflict" and "error" not in answer:
@@ -692,59 +765,95 @@ def spelling_rows(server: Server, rows: list, want: str) -> dict:
 
 @check("equivalence-serialisation", "member order and whitespace do not make requests differ", "MUST", ["E2", "E6"])
 def equivalence_serialisation(server: Server) -> dict:
-    return spelling_rows(server, [
-        ("member order", '{"amount":100,"note":"x"}', '{"note":"x","amount":100}'),
-        ("whitespace", '{"amount":100}', '{ "amount" :\t100 }'),
-        ("nested member order", '{"amount":100,"note":{"a":1,"b":{"c":2,"d":[3,4]}}}',
-         '{"note":{"b":{"d":[3,4],"c":2},"a":1},"amount":100}'),
-    ], "replay")
+    return spelling_rows(
+        server,
+        [
+            ("member order", '{"amount":100,"note":"x"}', '{"note":"x","amount":100}'),
+            ("whitespace", '{"amount":100}', '{ "amount" :\t100 }'),
+            (
+                "nested member order",
+                '{"amount":100,"note":{"a":1,"b":{"c":2,"d":[3,4]}}}',
+                '{"note":{"b":{"d":[3,4],"c":2},"a":1},"amount":100}',
+            ),
+        ],
+        "replay",
+    )
 
 
 @check("equivalence-numbers", "numbers of equal value compare equal (1, 1.0, 1e0; -0 and 0)", "MUST", ["E3", "E6"])
 def equivalence_numbers(server: Server) -> dict:
-    return spelling_rows(server, [
-        ("100 vs 100.0", '{"amount":100}', '{"amount":100.0}'),
-        ("100 vs 1e2", '{"amount":100}', '{"amount":1e2}'),
-        ("100.0 vs 1E+2", '{"amount":100.0}', '{"amount":1E+2}'),
-        ("1 vs 1e0", '{"amount":100,"note":1}', '{"amount":100,"note":1e0}'),
-        ("0.5 vs 5e-1", '{"amount":100,"note":0.5}', '{"amount":100,"note":5e-1}'),
-        ("1e20 vs its integer", '{"amount":100,"note":1e20}', '{"amount":100,"note":100000000000000000000}'),
-        ("-0 vs 0", '{"amount":100,"note":-0}', '{"amount":100,"note":0}'),
-        ("-0.0 vs 0", '{"amount":100,"note":-0.0}', '{"amount":100,"note":0}'),
-        ("nested numbers", '{"amount":100,"note":[1.0,{"x":-0,"y":2e0}]}', '{"amount":100,"note":[1,{"y":2,"x":0}]}'),
-    ], "replay")
+    return spelling_rows(
+        server,
+        [
+            ("100 vs 100.0", '{"amount":100}', '{"amount":100.0}'),
+            ("100 vs 1e2", '{"amount":100}', '{"amount":1e2}'),
+            ("100.0 vs 1E+2", '{"amount":100.0}', '{"amount":1E+2}'),
+            ("1 vs 1e0", '{"amount":100,"note":1}', '{"amount":100,"note":1e0}'),
+            ("0.5 vs 5e-1", '{"amount":100,"note":0.5}', '{"amount":100,"note":5e-1}'),
+            ("1e20 vs its integer", '{"amount":100,"note":1e20}', '{"amount":100,"note":100000000000000000000}'),
+            ("-0 vs 0", '{"amount":100,"note":-0}', '{"amount":100,"note":0}'),
+            ("-0.0 vs 0", '{"amount":100,"note":-0.0}', '{"amount":100,"note":0}'),
+            (
+                "nested numbers",
+                '{"amount":100,"note":[1.0,{"x":-0,"y":2e0}]}',
+                '{"amount":100,"note":[1,{"y":2,"x":0}]}',
+            ),
+        ],
+        "replay",
+    )
 
 
 @check("equivalence-strings", "strings compare after unescaping", "MUST", ["E4", "E6"])
 def equivalence_strings(server: Server) -> dict:
-    return spelling_rows(server, [
-        ("escaped vs literal", '{"amount":100,"note":"caf\\u00e9"}', '{"amount":100,"note":"café"}'),
-        ("escaped surrogate pair", '{"amount":100,"note":"\\ud83d\\udd11"}', '{"amount":100,"note":"🔑"}'),
-    ], "replay")
+    return spelling_rows(
+        server,
+        [
+            ("escaped vs literal", '{"amount":100,"note":"caf\\u00e9"}', '{"amount":100,"note":"café"}'),
+            ("escaped surrogate pair", '{"amount":100,"note":"\\ud83d\\udd11"}', '{"amount":100,"note":"🔑"}'),
+        ],
+        "replay",
+    )
 
 
 @check("equivalence-meta-ignored", "_meta (the progress token included) is not compared", "MUST", ["E1"])
 def equivalence_meta_ignored(server: Server) -> dict:
     """Equivalence is decided solely by the tool name and the arguments."""
-    return spelling_rows(server, [
-        ("other progress token",
-         charge_members(server, '{"amount":100}') + ',"_meta":{"progressToken":"first"}',
-         charge_members(server, '{"amount":100}') + ',"_meta":{"progressToken":"retry","io.example/trace":"t"}'),
-        ("_meta absent vs present", charge_members(server, '{"amount":100}'),
-         charge_members(server, '{"amount":100}') + ',"_meta":{"progressToken":7}'),
-    ], "replay")
+    return spelling_rows(
+        server,
+        [
+            (
+                "other progress token",
+                charge_members(server, '{"amount":100}') + ',"_meta":{"progressToken":"first"}',
+                charge_members(server, '{"amount":100}') + ',"_meta":{"progressToken":"retry","io.example/trace":"t"}',
+            ),
+            (
+                "_meta absent vs present",
+                charge_members(server, '{"amount":100}'),
+                charge_members(server, '{"amount":100}') + ',"_meta":{"progressToken":7}',
+            ),
+        ],
+        "replay",
+    )
 
 
 @check("equivalence-absent-arguments", "absent arguments equal {}", "POSITION", ["E7", "P3"])
 def equivalence_absent_arguments(server: Server) -> dict:
     count_tool = json.dumps(server.options.count_tool)
-    return spelling_rows(server, [
-        ("absent vs {}", f'"name":{count_tool}', f'"name":{count_tool},"arguments":{{}}'),
-    ], "replay")
+    return spelling_rows(
+        server,
+        [
+            ("absent vs {}", f'"name":{count_tool}', f'"name":{count_tool},"arguments":{{}}'),
+        ],
+        "replay",
+    )
 
 
-@check("different-requests-conflict", "values that differ after parsing are different requests", "MUST",
-       ["E1", "E3", "E4", "S3"])
+@check(
+    "different-requests-conflict",
+    "values that differ after parsing are different requests",
+    "MUST",
+    ["E1", "E3", "E4", "S3"],
+)
 def different_requests_conflict(server: Server) -> dict:
     """true is not 1, null is not 0, a string is not a number, NFC is not NFD, array order counts; and another
     tool with the same arguments is another request."""
@@ -760,26 +869,42 @@ def different_requests_conflict(server: Server) -> dict:
     ]
     other = server.options.other_tool in server.tools and server.options.other_tool != server.options.charge_tool
     if other:
-        rows.append(("another tool", '{"amount":100}', f'"name":{json.dumps(server.options.other_tool)},'
-                     f'"arguments":{{{json.dumps(server.options.amount_argument)}:100}}'))
+        rows.append(
+            (
+                "another tool",
+                '{"amount":100}',
+                f'"name":{json.dumps(server.options.other_tool)},'
+                f'"arguments":{{{json.dumps(server.options.amount_argument)}:100}}',
+            )
+        )
     details = spelling_rows(server, rows, "conflict")
     if not other:  # E1's tool-name half never ran: the check cannot say SUCCESS
-        raise PartlyRun("another tool's name under one key (E1)",
-                        "give --other-tool, a second tool taking the charge tool's arguments",
-                        f"the {len(rows)} rows of other arguments were conflicts")
+        raise PartlyRun(
+            "another tool's name under one key (E1)",
+            "give --other-tool, a second tool taking the charge tool's arguments",
+            f"the {len(rows)} rows of other arguments were conflicts",
+        )
     return details
 
 
 @check("equivalence-null-member", "a null member is not an absent one", "POSITION", ["E7", "P3"])
 def equivalence_null_member(server: Server) -> dict:
-    return spelling_rows(server, [
-        ("null member vs absent", '{"amount":100,"note":null}', '{"amount":100}'),
-        ("nested null vs absent", '{"amount":100,"note":{"a":null}}', '{"amount":100,"note":{}}'),
-    ], "conflict")
+    return spelling_rows(
+        server,
+        [
+            ("null member vs absent", '{"amount":100,"note":null}', '{"amount":100}'),
+            ("nested null vs absent", '{"amount":100,"note":{"a":null}}', '{"amount":100,"note":{}}'),
+        ],
+        "conflict",
+    )
 
 
-@check("large-integers-exact", "integers past 2^53 are compared exactly, or the keyed call is refused; never "
-       "replayed rounded", "MUST", ["E7", "WG1.1", "P3"])
+@check(
+    "large-integers-exact",
+    "integers past 2^53 are compared exactly, or the keyed call is refused; never replayed rounded",
+    "MUST",
+    ["E7", "WG1.1", "P3"],
+)
 def large_integers_exact(server: Server) -> dict:
     """Issue 25: under one key, 9007199254740993 then 9007199254740992 is a conflict (a parser that holds
     integers exactly), or the first keyed call is refused with -32602 and no data.type (one that cannot),
@@ -790,20 +915,26 @@ def large_integers_exact(server: Server) -> dict:
     first = server.reply(server.send_spelled("tools/call", f'{members},"idempotencyKey":{json.dumps(key)}'))
     if "error" in first:  # the refusal a double-reading parser owes
         error = first["error"]
-        expect(error.get("code") == INVALID_PARAMS and error_type(first) is None,
-               f"the refusal is not -32602 without data.type: {error}")
+        expect(
+            error.get("code") == INVALID_PARAMS and error_type(first) is None,
+            f"the refusal is not -32602 without data.type: {error}",
+        )
         expect(server.count() == before, "the refused call ran the tool")
         later = server.charge(100, key)
-        expect(succeeded(later) and server.count() == before + 1,
-               f"the key was recorded by its refusal: the next call under it got {later}")
+        expect(
+            succeeded(later) and server.count() == before + 1,
+            f"the key was recorded by its refusal: the next call under it got {later}",
+        )
         return {"outcome": "refused", "error": error}
     expect(succeeded(first), f"the first call neither ran nor was refused: {first}")
     server.charge(7)  # a second execution could not return the original's result now
     before = server.count()
     members = charge_members(server, '{"amount":100,"note":9007199254740992}')
     second = server.reply(server.send_spelled("tools/call", f'{members},"idempotencyKey":{json.dumps(key)}'))
-    expect(second.get("result") != first["result"], "2^53 + 1 and 2^53 were one request: the first's result "
-           "was replayed (the integers were compared rounded)")
+    expect(
+        second.get("result") != first["result"],
+        "2^53 + 1 and 2^53 were one request: the first's result was replayed (the integers were compared rounded)",
+    )
     expect(server.count() == before, "the second integer ran the tool under the first's key")
     expect(error_type(second) == CONFLICT, f"2^53 under 2^53 + 1's key is no conflict: {second}")
     return {"outcome": "conflict"}
@@ -812,13 +943,16 @@ def large_integers_exact(server: Server) -> dict:
 # --- W, P1, P2: where the key is, which keys are valid -------------------------
 
 
-@check("key-only-in-params", "a field named idempotencyKey in arguments or _meta is not a key", "POSITION",
-       ["W1", "P1"])
+@check(
+    "key-only-in-params", "a field named idempotencyKey in arguments or _meta is not a key", "POSITION", ["W1", "P1"]
+)
 def key_only_in_params(server: Server) -> dict:
     """The key is params.idempotencyKey, beside name and arguments; nothing else deduplicates."""
     amount = server.options.amount_argument
-    for label, params in [("inside arguments", {"arguments": {amount: 100, "idempotencyKey": new_key()}}),
-                          ("inside _meta", {"arguments": {amount: 100}, "_meta": {"idempotencyKey": new_key()}})]:
+    for label, params in [
+        ("inside arguments", {"arguments": {amount: 100, "idempotencyKey": new_key()}}),
+        ("inside _meta", {"arguments": {amount: 100}, "_meta": {"idempotencyKey": new_key()}}),
+    ]:
         before = server.count()
         server.call(server.options.charge_tool, **params)
         server.call(server.options.charge_tool, **params)
@@ -836,20 +970,30 @@ def no_key_runs_every_time(server: Server) -> dict:
         expect(server.count() == before + 2, f"two calls with the key {label} ran {server.count() - before} times")
 
 
-@check("odd-keys-are-keys", "any string is a key: one character, 255, emoji, NUL or newline inside", "MUST",
-       ["W3", "W6", "P2"])
+@check(
+    "odd-keys-are-keys",
+    "any string is a key: one character, 255, emoji, NUL or newline inside",
+    "MUST",
+    ["W3", "W6", "P2"],
+)
 def odd_keys_are_keys(server: Server) -> dict:
     """The key is an opaque string with no format: each runs once, then replays."""
     suffix = uuid.uuid4().hex[:8]
     for key in [f"k{suffix}", ("k" * 247) + suffix, f"🔑{suffix}", f"nul\x00{suffix}", f"new\nline{suffix}"]:
         before = server.count()
         first, retry = server.charge(100, key), server.charge(100, key)
-        expect(server.count() == before + 1 and retry.get("result") == first.get("result"),
-               f"key {key[:20]!r} ran {server.count() - before} times")
+        expect(
+            server.count() == before + 1 and retry.get("result") == first.get("result"),
+            f"key {key[:20]!r} ran {server.count() - before} times",
+        )
 
 
-@check("invalid-key-rejected", "a key that is not a string of 1 to 255 characters is refused before anything runs",
-       "POSITION", ["W6", "P2", "P5"])
+@check(
+    "invalid-key-rejected",
+    "a key that is not a string of 1 to 255 characters is refused before anything runs",
+    "POSITION",
+    ["W6", "P2", "P5"],
+)
 def invalid_key_rejected(server: Server) -> dict:
     """-32602 with error.data.type invalid_idempotency_key for a number, boolean, object, array, empty or
     256-character key; nothing runs, and the same call without a key then works."""
@@ -857,7 +1001,11 @@ def invalid_key_rejected(server: Server) -> dict:
     for bad in [42, True, {"key": "k"}, ["k"], "", "k" * 256]:
         before = server.count()
         answer = server.call(server.options.charge_tool, server.charge_arguments(100), idempotencyKey=bad)
-        if server.count() != before or error_type(answer) != INVALID_KEY or answer["error"].get("code") != INVALID_PARAMS:
+        if (
+            server.count() != before
+            or error_type(answer) != INVALID_KEY
+            or answer["error"].get("code") != INVALID_PARAMS
+        ):
             wrong.append(f"{json.dumps(bad)[:12]} -> {json.dumps(answer)[:160]}")
     expect(not wrong, "; ".join(wrong))
 
@@ -868,8 +1016,9 @@ def oversized_key_not_echoed(server: Server) -> dict:
     the conflict it answers the same key with other arguments."""
     oversized = f"k{uuid.uuid4().hex}" + "k" * (1024 * 1024)
     for label, amount in [("the fresh call's", 100), ("the same key with other arguments'", 200)]:
-        line = server.raw_reply(server.send_call(server.options.charge_tool, server.charge_arguments(amount),
-                                                 oversized))
+        line = server.raw_reply(
+            server.send_call(server.options.charge_tool, server.charge_arguments(amount), oversized)
+        )
         expect(len(line) < 1024, f"{label} answer is {len(line)} bytes long")
 
 
@@ -894,8 +1043,10 @@ def slow_call(server: Server, amount, key: str) -> int:
     request_id = server.send_charge(amount, key)
     time.sleep(server.options.settle)
     if server.answered(request_id):
-        raise Inconclusive(f"a charge was answered within {server.options.settle:g} s: the server named by "
-                           "--slow-command or --slow-url must take at least two seconds to charge")
+        raise Inconclusive(
+            f"a charge was answered within {server.options.settle:g} s: the server named by "
+            "--slow-command or --slow-url must take at least two seconds to charge"
+        )
     return request_id
 
 
@@ -924,43 +1075,67 @@ def overlapping(server: Server, first_amount, second_amount) -> tuple[dict, dict
     return answers[winner], answers[loser], order[0] == loser, key, server.count() - before
 
 
-@check("in-flight-duplicate-not-executed", "a duplicate of a running call does not start a second execution",
-       "MUST", ["S0", "S1"], needs="slow")
+@check(
+    "in-flight-duplicate-not-executed",
+    "a duplicate of a running call does not start a second execution",
+    "MUST",
+    ["S0", "S1"],
+    needs="slow",
+)
 def in_flight_duplicate_not_executed(server: Server) -> dict:
-    _, duplicate, _, _, charges = overlapping(server, 100, 100)
+    _, _, _, _, charges = overlapping(server, 100, 100)
     expect(charges == 1, f"two overlapping calls with one key charged {charges} times")
 
 
-@check("in-flight-duplicate-rejected-at-once", "a duplicate of a running call is rejected at once, not queued",
-       "SHOULD", ["S1"], needs="slow")
+@check(
+    "in-flight-duplicate-rejected-at-once",
+    "a duplicate of a running call is rejected at once, not queued",
+    "SHOULD",
+    ["S1"],
+    needs="slow",
+)
 def in_flight_duplicate_rejected_at_once(server: Server) -> dict:
     """The server SHOULD reject the duplicate at once with an "already in progress" error; it MUST NOT make it
     wait indefinitely, and the SEP names queuing behind the original as not the chosen behaviour."""
-    _, duplicate, early, key, _ = overlapping(server, 100, 100)
+    _, duplicate, early, _, _ = overlapping(server, 100, 100)
     expect("error" in duplicate, f"both got a result: the duplicate waited for the original: {duplicate}")
     expect(early, "the duplicate's rejection came only after the original finished")
 
 
-@check("in-progress-error-data", "the in-progress error carries error.data {type: idempotency_key_in_progress, "
-       "idempotencyKey}", "SHOULD", ["S1a", "P5"], needs="slow")
+@check(
+    "in-progress-error-data",
+    "the in-progress error carries error.data {type: idempotency_key_in_progress, idempotencyKey}",
+    "SHOULD",
+    ["S1a", "P5"],
+    needs="slow",
+)
 def in_progress_error_data(server: Server) -> dict:
     _, duplicate, _, key, _ = overlapping(server, 100, 100)
-    expect(shaped(duplicate.get("error", {}).get("data"), IN_PROGRESS, key),
-           f"the duplicate's answer: {duplicate}")
+    expect(shaped(duplicate.get("error", {}).get("data"), IN_PROGRESS, key), f"the duplicate's answer: {duplicate}")
 
 
-@check("conflict-while-running", "other arguments under a running call's key are a conflict, and run nothing",
-       "MUST", ["S3", "P4"], needs="slow")
+@check(
+    "conflict-while-running",
+    "other arguments under a running call's key are a conflict, and run nothing",
+    "MUST",
+    ["S3", "P4"],
+    needs="slow",
+)
 def conflict_while_running(server: Server) -> dict:
     """The fingerprint is compared first, so a changed request is a conflict even before the original ends."""
-    _, duplicate, _, key, charges = overlapping(server, 100, 200)
+    _, duplicate, _, _, charges = overlapping(server, 100, 200)
     expect(charges == 1 and "error" in duplicate, f"the changed request ran ({charges} charges): {duplicate}")
     if error_type(duplicate) != CONFLICT:
         raise Inconclusive(f"rejected, but not as a conflict (P4 checks the fingerprint first): {duplicate['error']}")
 
 
-@check("cancelled-call-runs-once", "a cancelled keyed call runs to completion once; its retry never runs it again",
-       "POSITION", ["S0", "S4", "P7"], needs="slow")
+@check(
+    "cancelled-call-runs-once",
+    "a cancelled keyed call runs to completion once; its retry never runs it again",
+    "POSITION",
+    ["S0", "S4", "P7"],
+    needs="slow",
+)
 def cancelled_call_runs_once(server: Server) -> dict:
     """The client gives up (notifications/cancelled on stdio, a closed connection over HTTP) and retries under
     the same key at once: the original still runs, so the retry is in progress; once it ends, the retry gets
@@ -981,15 +1156,22 @@ def cancelled_call_runs_once(server: Server) -> dict:
 # --- R1, R5: retention (a server whose window the kit can wait out) -------------
 
 
-@check("retention-window", "a key replays inside the window and may run anew after it", "MUST", ["R1", "R2", "R5",
-       "P8"], needs="short_retention")
+@check(
+    "retention-window",
+    "a key replays inside the window and may run anew after it",
+    "MUST",
+    ["R1", "R2", "R5", "P8"],
+    needs="short_retention",
+)
 def retention_window(server: Server) -> dict:
     """State is kept for a bounded window: the key replays inside it; past it, it counts as new (MAY)."""
     window = server.options.short_retention
     key, before = new_key(), server.count()
     first = server.charge(100, key)
-    expect(server.charge(100, key).get("result") == first["result"] and server.count() == before + 1,
-           "the key did not replay inside its window")
+    expect(
+        server.charge(100, key).get("result") == first["result"] and server.count() == before + 1,
+        "the key did not replay inside its window",
+    )
     time.sleep(window + 1)
     server.charge(100, key)
     if server.count() != before + 2:
@@ -999,8 +1181,13 @@ def retention_window(server: Server) -> dict:
 # --- R6, P9: the bound ----------------------------------------------------------
 
 
-@check("store-bound", "a full store refuses a new key; replays and unkeyed calls still work", "POSITION",
-       ["R6", "P9"], needs="bounded")
+@check(
+    "store-bound",
+    "a full store refuses a new key; replays and unkeyed calls still work",
+    "POSITION",
+    ["R6", "P9"],
+    needs="bounded",
+)
 def store_bound(server: Server) -> dict:
     """When the store holds its maximum of records, a call with a new key is refused with
     idempotency_store_full rather than run without the guarantee."""
@@ -1042,9 +1229,14 @@ def store_full_answer(server: Server):
     return None
 
 
-@check("rejection-retryable", "every idempotency rejection carries data.retryable: true for in progress and "
-       "store full, false for conflict and invalid key", "MUST", ["S1a", "S3b", "WG1.2", "P5"],
-       uses=("slow", "bounded"))
+@check(
+    "rejection-retryable",
+    "every idempotency rejection carries data.retryable: true for in progress and "
+    "store full, false for conflict and invalid key",
+    "MUST",
+    ["S1a", "S3b", "WG1.2", "P5"],
+    uses=("slow", "bounded"),
+)
 def rejection_retryable(server: Server) -> dict:
     """Issue 25: error.data.retryable is true for idempotency_key_in_progress, idempotency_store_full and
     idempotency_store_unavailable, false for idempotency_key_conflict and invalid_idempotency_key. The kit
@@ -1072,14 +1264,21 @@ def rejection_retryable(server: Server) -> dict:
     wrong = [problem for kind, answer in rejected.items() if (problem := retryable_problem(answer, kind))]
     expect(not wrong, "; ".join(wrong))
     if untested:
-        raise PartlyRun(" and ".join(f"data.retryable of {kind}" for kind, _ in untested),
-                        "; ".join(why for _, why in untested),
-                        f"{', '.join(rejected) or 'no rejection'} carried it right")
+        raise PartlyRun(
+            " and ".join(f"data.retryable of {kind}" for kind, _ in untested),
+            "; ".join(why for _, why in untested),
+            f"{', '.join(rejected) or 'no rejection'} carried it right",
+        )
     return {"rejections": sorted(rejected)}
 
 
-@check("running-record-bounded", "past its lease, a running record is taken over by the same request; other "
-       "arguments are still a conflict", "MUST", ["S1", "S4", "WG1.3", "P18"], needs="short_lease")
+@check(
+    "running-record-bounded",
+    "past its lease, a running record is taken over by the same request; other arguments are still a conflict",
+    "MUST",
+    ["S1", "S4", "WG1.3", "P18"],
+    needs="short_lease",
+)
 def running_record_bounded(server: Server) -> dict:
     """Issue 25: a running record is bounded by a lease. On a server whose lease is --short-lease seconds and
     whose charge outlasts it, once the lease has passed while the original still runs: other arguments
@@ -1090,16 +1289,20 @@ def running_record_bounded(server: Server) -> dict:
     original = server.send_charge(100, key)
     time.sleep(waited)
     if server.answered(original):
-        raise Inconclusive(f"the charge was answered within {waited:g} s: the server named by --short-lease-command "
-                           "or --short-lease-url must charge for longer than its lease, by two seconds or more")
+        raise Inconclusive(
+            f"the charge was answered within {waited:g} s: the server named by --short-lease-command "
+            "or --short-lease-url must charge for longer than its lease, by two seconds or more"
+        )
     changed = server.charge(200, key)
     duplicate = server.send_charge(100, key)
     order = in_arrival_order(server, [original, duplicate])
     answers = {request_id: server.reply(request_id) for request_id in order}
     expect(error_type(changed) == CONFLICT, f"other arguments past the lease were not a conflict: {changed}")
-    expect(not (error_type(answers[duplicate]) == IN_PROGRESS and order[0] == duplicate),
-           f"the same request, sent {waited:g} s into a {server.options.short_lease:g} s lease while the original "
-           "ran, was refused as in progress at once: the running record is not bounded by its lease")
+    expect(
+        not (error_type(answers[duplicate]) == IN_PROGRESS and order[0] == duplicate),
+        f"the same request, sent {waited:g} s into a {server.options.short_lease:g} s lease while the original "
+        "ran, was refused as in progress at once: the running record is not bounded by its lease",
+    )
     final = server.charge(100, key)
     expect(succeeded(final), f"after both answered, the key did not replay a result: {final}")
     return {"duplicate": answers[duplicate]}
@@ -1108,8 +1311,12 @@ def running_record_bounded(server: Server) -> dict:
 # --- bad input ----------------------------------------------------------------
 
 
-@check("malformed-input-survived", "broken messages charge nothing, claim no key, and the server serves on",
-       "POSITION", ["S0", "P2"])
+@check(
+    "malformed-input-survived",
+    "broken messages charge nothing, claim no key, and the server serves on",
+    "POSITION",
+    ["S0", "P2"],
+)
 def malformed_input_survived(server: Server) -> dict:
     """Not JSON, truncated JSON with a key, jsonrpc 1.0, params as an array, a keyed call without a tool name
     or without an id: after each the server answers, nothing was charged, and the key works once."""
@@ -1135,8 +1342,12 @@ def malformed_input_survived(server: Server) -> dict:
 # --- P20: revisions -------------------------------------------------------------
 
 
-@check("replay-across-revisions", "a key recorded on 2026-07-28 replays its outcome to a 2025-11-25 retry",
-       "POSITION", ["S2", "L1", "P20"])
+@check(
+    "replay-across-revisions",
+    "a key recorded on 2026-07-28 replays its outcome to a 2025-11-25 retry",
+    "POSITION",
+    ["S2", "L1", "P20"],
+)
 def replay_across_revisions(server: Server) -> dict:
     """One server speaking both revisions keeps one key space: the retry in the other revision is a replay,
     reshaped as that revision's result."""
@@ -1163,8 +1374,12 @@ def kind_of(response: dict) -> tuple:
     return "result", bool(response.get("result", {}).get("isError"))
 
 
-@check("key-scoped-to-principal", "another principal's call under a used key runs anew; each principal's "
-       "retry replays its own result", "MUST", ["K1", "K2", "P21"])
+@check(
+    "key-scoped-to-principal",
+    "another principal's call under a used key runs anew; each principal's retry replays its own result",
+    "MUST",
+    ["K1", "K2", "P21"],
+)
 def key_scoped_to_principal(server: Server) -> dict:
     """Records are scoped to the authorisation boundary: a key only matches earlier requests of the same
     principal, and holding someone's key is no authority to read their result."""
@@ -1173,17 +1388,26 @@ def key_scoped_to_principal(server: Server) -> dict:
     first = server.charge(100, key)
     expect(succeeded(first), f"the first principal's keyed charge failed: {first}")
     theirs = other.charge(100, key)
-    expect(server.count() == before + 2, "the second principal's call under the first's key did not run: "
-           f"it got {theirs}")
-    expect(other.charge(100, key).get("result") == theirs.get("result"), "the second principal's retry did "
-           "not replay its own result")
-    expect(server.charge(100, key).get("result") == first["result"], "the first principal's retry no longer "
-           "replays its own result")
+    expect(
+        server.count() == before + 2, f"the second principal's call under the first's key did not run: it got {theirs}"
+    )
+    expect(
+        other.charge(100, key).get("result") == theirs.get("result"),
+        "the second principal's retry did not replay its own result",
+    )
+    expect(
+        server.charge(100, key).get("result") == first["result"],
+        "the first principal's retry no longer replays its own result",
+    )
     expect(server.count() == before + 2, "a retry ran the tool again")
 
 
-@check("other-principals-key-no-conflict", "another principal's use of a key never makes it a conflict",
-       "MUST", ["K2", "P21"])
+@check(
+    "other-principals-key-no-conflict",
+    "another principal's use of a key never makes it a conflict",
+    "MUST",
+    ["K2", "P21"],
+)
 def other_principals_key_no_conflict(server: Server) -> dict:
     """The second principal sends other arguments under the first's completed key: its answer is what a
     never-used key gives (apart from ids and the tool's text), never a conflict, and the tool runs."""
@@ -1195,8 +1419,13 @@ def other_principals_key_no_conflict(server: Server) -> dict:
     expect(server.count() == before + 3, f"three charges ran {server.count() - before} times")
 
 
-@check("other-principals-key-not-in-progress", "another principal's running call never makes a key in progress",
-       "MUST", ["K2", "P21"], needs="slow")
+@check(
+    "other-principals-key-not-in-progress",
+    "another principal's running call never makes a key in progress",
+    "MUST",
+    ["K2", "P21"],
+    needs="slow",
+)
 def other_principals_key_not_in_progress(server: Server) -> dict:
     """While the first principal's keyed call runs, the second sends the same call under the same key: its
     answer is what a never-used key gives, never an in-progress error, and both calls run."""
@@ -1210,8 +1439,12 @@ def other_principals_key_not_in_progress(server: Server) -> dict:
     expect(server.count() == before + 3, f"three charges ran {server.count() - before} times")
 
 
-@check("replay-rechecks-authorisation", "a retry whose token lost the tool's scope gets no recorded result",
-       "MUST", ["K1", "K3", "P22"])
+@check(
+    "replay-rechecks-authorisation",
+    "a retry whose token lost the tool's scope gets no recorded result",
+    "MUST",
+    ["K1", "K3", "P22"],
+)
 def replay_rechecks_authorisation(server: Server) -> dict:
     """A replay passes the authorisation in force when it is made: the same principal, retrying with a token
     narrowed since, is refused and sees nothing of the record; the record stays for a token that may."""
@@ -1219,8 +1452,10 @@ def replay_rechecks_authorisation(server: Server) -> dict:
     key, before = new_key(), server.count()
     original = server.charge(100, key)
     refused = narrowed.charge(100, key)
-    expect(not succeeded(refused) and refused.get("result") != original["result"],
-           f"the narrowed token got an answer: {refused}")
+    expect(
+        not succeeded(refused) and refused.get("result") != original["result"],
+        f"the narrowed token got an answer: {refused}",
+    )
     expect(server.charge(100, key).get("result") == original["result"], "the record is gone after the refusal")
     expect(server.count() == before + 1, f"one key ran {server.count() - before} times")
     return {"refused": refused}
@@ -1232,18 +1467,29 @@ def replay_rechecks_authorisation(server: Server) -> dict:
 
 # What every check stands on: the server opens (server/discover or initialize) and lists the fixture
 # contract's tools. When it does not, this is the run's one FAILURE, and the checks are not run.
-FIXTURE = Check("sep-3182-fixture-contract", "the server opens and lists the fixture contract's tools", "MUST", [],
-                "main", lambda server: None)
+FIXTURE = Check(
+    "sep-3182-fixture-contract",
+    "the server opens and lists the fixture contract's tools",
+    "MUST",
+    [],
+    "main",
+    lambda server: None,
+)
 
-VARIANTS = {"main": "", "slow": "slow_", "short_retention": "short_retention_", "bounded": "bounded_",
-            "short_lease": "short_lease_"}
+VARIANTS = {
+    "main": "",
+    "slow": "slow_",
+    "short_retention": "short_retention_",
+    "bounded": "bounded_",
+    "short_lease": "short_lease_",
+}
 WHAT_VARIANT = {
     "slow": "a server whose charge takes at least two seconds (--slow-command or --slow-url)",
     "short_retention": "a server whose retention window is --short-retention seconds "
-                       "(--short-retention-command or --short-retention-url)",
+    "(--short-retention-command or --short-retention-url)",
     "bounded": "a server that holds at most --max-records records (--bounded-command or --bounded-url)",
     "short_lease": "a server whose lease on a running record is --short-lease seconds and whose charge takes two "
-                   "seconds longer (--short-lease-command or --short-lease-url)",
+    "seconds longer (--short-lease-command or --short-lease-url)",
 }
 
 
@@ -1260,10 +1506,15 @@ def connect(options, variant: str) -> Connection | None:
 
 def result(check: Check, status: str, details: dict | None = None, error: str | None = None) -> dict:
     """One entry of checks.json, in the official suite's shape."""
-    entry = {"id": check.id, "name": check.name, "description": check.description, "status": status,
-             "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
-             "specReferences": [{"id": f"SEP-3182 {row}", "url": SPEC_URL} for row in check.rows],
-             "details": {"severity": check.severity, **(details or {})}}
+    entry = {
+        "id": check.id,
+        "name": check.name,
+        "description": check.description,
+        "status": status,
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
+        "specReferences": [{"id": f"SEP-3182 {row}", "url": SPEC_URL} for row in check.rows],
+        "details": {"severity": check.severity, **(details or {})},
+    }
     if error is not None:
         entry["errorMessage"] = error
     return entry
@@ -1308,11 +1559,22 @@ def run_checks(options, checks: list) -> list:
             server = Server(connection, options)
         except (OSError, TimeoutError, ValueError, KeyError, http.client.HTTPException) as broken:
             server = None
-            report(result(FIXTURE, "FAILURE", {"server": variant, "notRun": len(chosen)},
-                          error=f"could not open the server: {broken}"))
+            report(
+                result(
+                    FIXTURE,
+                    "FAILURE",
+                    {"server": variant, "notRun": len(chosen)},
+                    error=f"could not open the server: {broken}",
+                )
+            )
             for check in chosen:  # in checks.json, each one's status; printed once, above
-                results.append(result(check, "SKIPPED", error=f"not run: the {variant} server could not be opened "
-                                                               "(sep-3182-fixture-contract)"))
+                results.append(
+                    result(
+                        check,
+                        "SKIPPED",
+                        error=f"not run: the {variant} server could not be opened (sep-3182-fixture-contract)",
+                    )
+                )
             print(f"SKIPPED  {len(chosen)} checks not run on the {variant} server", flush=True)
         try:
             for check in chosen if server is not None else []:
@@ -1329,7 +1591,7 @@ def line_for(entry: dict) -> str:
 
 
 def read_baseline(path: Path) -> set:
-    """The ids of an expected-failures file (the official suite's YAML: a `server:` list; `scenario:check` kept as check)."""
+    """The ids of an expected-failures file (the official suite's YAML: a `server:` list; `scenario:id` read as id)."""
     ids = set()
     for raw in path.read_text(encoding="utf-8").splitlines():
         line = raw.split("#", 1)[0].strip()
@@ -1388,12 +1650,23 @@ def parse_args(argv=None):
         flag = prefix.replace("_", "-")
         variants.add_argument(f"--{flag}command", metavar="CMD", help=f"stdio: {WHAT_VARIANT[variant]}")
         variants.add_argument(f"--{flag}url", metavar="URL", help="HTTP: the same, already running")
-    variants.add_argument("--short-retention", type=float, default=1.0, metavar="SECONDS",
-                          help="the window of the short-retention server (default: 1)")
-    variants.add_argument("--max-records", type=int, default=3, metavar="N",
-                          help="the bound of the bounded server (default: 3)")
-    variants.add_argument("--short-lease", type=float, default=1.0, metavar="SECONDS",
-                          help="the lease of the short-lease server (default: 1)")
+    variants.add_argument(
+        "--short-retention",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="the window of the short-retention server (default: 1)",
+    )
+    variants.add_argument(
+        "--max-records", type=int, default=3, metavar="N", help="the bound of the bounded server (default: 3)"
+    )
+    variants.add_argument(
+        "--short-lease",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="the lease of the short-lease server (default: 1)",
+    )
     contract = parser.add_argument_group("the fixture contract (README.md)")
     contract.add_argument("--charge-tool", default="charge_guarded", help="the tool with a counted side effect")
     contract.add_argument("--amount-argument", default="amount", help="its positive integer argument")
@@ -1401,18 +1674,36 @@ def parse_args(argv=None):
     contract.add_argument("--count-tool", default="get_balance", help="the tool that reads the count")
     contract.add_argument("--count-field", default="charges", help="the count's member in that tool's JSON")
     contract.add_argument("--other-tool", default="charge_unguarded", help="another tool taking the same arguments")
-    parser.add_argument("--revision", choices=["auto", MODERN, HANDSHAKE], default="auto",
-                        help="auto: server/discover on 2026-07-28, else the 2025-11-25 handshake")
+    parser.add_argument(
+        "--revision",
+        choices=["auto", MODERN, HANDSHAKE],
+        default="auto",
+        help="auto: server/discover on 2026-07-28, else the 2025-11-25 handshake",
+    )
     parser.add_argument("--timeout", type=float, default=15, help="seconds to wait for one answer (default: 15)")
-    parser.add_argument("--settle", type=float, default=0.5,
-                        help="seconds between a slow call and its duplicate (default: 0.5)")
+    parser.add_argument(
+        "--settle", type=float, default=0.5, help="seconds between a slow call and its duplicate (default: 0.5)"
+    )
     parser.add_argument("--bearer", metavar="TOKEN", help="HTTP: send Authorization: Bearer TOKEN")
-    parser.add_argument("--header", type=header, action="append", default=[], metavar="'Name: value'",
-                        help="HTTP: send this header with every request (repeatable)")
-    parser.add_argument("--second-bearer", metavar="TOKEN",
-                        help="HTTP: a second principal's token, for the checks of keys across principals (K2)")
-    parser.add_argument("--narrowed-bearer", metavar="TOKEN", help="HTTP: the --bearer principal's token without "
-                        "the charge tool's scope, for the check of a replay's authorisation (K3)")
+    parser.add_argument(
+        "--header",
+        type=header,
+        action="append",
+        default=[],
+        metavar="'Name: value'",
+        help="HTTP: send this header with every request (repeatable)",
+    )
+    parser.add_argument(
+        "--second-bearer",
+        metavar="TOKEN",
+        help="HTTP: a second principal's token, for the checks of keys across principals (K2)",
+    )
+    parser.add_argument(
+        "--narrowed-bearer",
+        metavar="TOKEN",
+        help="HTTP: the --bearer principal's token without "
+        "the charge tool's scope, for the check of a replay's authorisation (K3)",
+    )
     parser.add_argument("--check", action="append", metavar="ID", help="run only this check (repeatable)")
     parser.add_argument("--list", action="store_true", help="list the checks and exit")
     parser.add_argument("--json", metavar="FILE", help="write the results as checks.json")
@@ -1444,9 +1735,13 @@ def main(argv=None) -> int:
     status, problems = exit_status(results, baseline)
     for problem in problems:
         print(problem)
-    tally = {name: sum(entry["status"] == name for entry in results) for name in ("SUCCESS", "FAILURE", "WARNING", "SKIPPED")}
-    print(f"sep-3182: {tally['SUCCESS']} passed, {tally['FAILURE']} failed, {tally['WARNING']} warnings, "
-          f"{tally['SKIPPED']} skipped{not_run(results)}")
+    tally = {
+        name: sum(entry["status"] == name for entry in results) for name in ("SUCCESS", "FAILURE", "WARNING", "SKIPPED")
+    }
+    print(
+        f"sep-3182: {tally['SUCCESS']} passed, {tally['FAILURE']} failed, {tally['WARNING']} warnings, "
+        f"{tally['SKIPPED']} skipped{not_run(results)}"
+    )
     return status
 
 
@@ -1454,8 +1749,11 @@ def not_run(results: list) -> str:
     """The summary's word on what was not tested: the authorisation checks skipped for want of a credential,
     then the rows of checks that ran only in part (each named once)."""
     wanting = {entry["details"]["credential"] for entry in results if "credential" in entry["details"]}
-    said = [f"; {untested} NOT tested (give {option})"
-            for credential, (option, _, untested) in CREDENTIALS.items() if credential in wanting]
+    said = [
+        f"; {untested} NOT tested (give {option})"
+        for credential, (option, _, untested) in CREDENTIALS.items()
+        if credential in wanting
+    ]
     for entry in results:
         if "untested" in entry["details"]:
             line = f"; {entry['details']['untested']} NOT tested ({entry['details']['option']})"

@@ -40,8 +40,13 @@ def parse_args() -> argparse.Namespace:
     """The command line: the store and the windows of the layer, and the relay's delay."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--store", default=STORE, metavar="URL", help=f"memory or sqlite:PATH (default: {STORE})")
-    parser.add_argument("--lease", type=options.seconds, default=LEASE_SECONDS, metavar="SECONDS",
-                        help="how long a claim is held (P18; default: 30)")
+    parser.add_argument(
+        "--lease",
+        type=options.seconds,
+        default=LEASE_SECONDS,
+        metavar="SECONDS",
+        help="how long a claim is held (P18; default: 30)",
+    )
     options.add_common_options(parser)
     return parser.parse_args()
 
@@ -49,8 +54,9 @@ def parse_args() -> argparse.Namespace:
 def strict(tool: Tool) -> Tool:
     """The tool, refusing any argument its schema does not name: additionalProperties is false."""
     loose = tool.fn_metadata.arg_model
-    tool.fn_metadata.arg_model = type(loose.__name__, (loose,), {"model_config": {**loose.model_config,
-                                                                                  "extra": "forbid"}})
+    tool.fn_metadata.arg_model = type(
+        loose.__name__, (loose,), {"model_config": {**loose.model_config, "extra": "forbid"}}
+    )
     tool.parameters = tool.fn_metadata.arg_model.model_json_schema(by_alias=True)
     return tool
 
@@ -64,8 +70,14 @@ def outbox_server(keys: Idempotency, relay_delay: float) -> MCPServer:
         sent["email"] += 1
         return f"E-mail {sent['email']} sent to {to}: {subject}"
 
-    mcp = MCPServer("outbox", version="1.0", log_level="WARNING", lifespan=keys.lifespan, middleware=[keys],
-                    tools=[strict(Tool.from_function(send_email))])
+    mcp = MCPServer(
+        "outbox",
+        version="1.0",
+        log_level="WARNING",
+        lifespan=keys.lifespan,
+        middleware=[keys],
+        tools=[strict(Tool.from_function(send_email))],
+    )
 
     @mcp.tool()
     def send_sms(to: str, text: str, idempotency_key: str | None = None) -> str:
@@ -105,8 +117,11 @@ def main() -> None:
     refusal = sdk_hides_the_key()  # P12': never look idempotent while deduplicating nothing
     if refusal is not None:
         sys.exit(refusal)
-    keys = Idempotency(settings.store, server_info={"name": "outbox", "version": "1.0"},
-                       limits=Limits(settings.retention, settings.lease, settings.max_records))
+    keys = Idempotency(
+        settings.store,
+        server_info={"name": "outbox", "version": "1.0"},
+        limits=Limits(settings.retention, settings.lease, settings.max_records),
+    )
     outbox_server(keys, settings.charge_delay).run()
 
 

@@ -113,9 +113,11 @@ class WindowPassed(GaveUp):
 
     def __init__(self, key: str, attempts: int, last: MCPError, window: float):
         super().__init__(key, attempts, last)
-        self.args = (f"the server keeps a key {window:g} s and the first attempt was sent longer ago: another would "
-                     f"not be a retry but maybe a second call (after {attempts} attempts, last: {last.message}); "
-                     f"key {key}",)
+        self.args = (
+            f"the server keeps a key {window:g} s and the first attempt was sent longer ago: another would "
+            f"not be a retry but maybe a second call (after {attempts} attempts, last: {last.message}); "
+            f"key {key}",
+        )
 
 
 class KeyTooLong(ValueError):
@@ -138,10 +140,13 @@ class Settings:
         def positive(name: str) -> int | None:  # anything else is no setting a client can rely on
             value = capability.get(name)
             return value if type(value) is int and value > 0 else None
+
         return cls(positive("maxKeyLength"), positive("retentionSeconds"))
 
 
-async def discover_settings(session: ClientSession, version: str = mcp_types.LATEST_PROTOCOL_VERSION) -> Settings | None:
+async def discover_settings(
+    session: ClientSession, version: str = mcp_types.LATEST_PROTOCOL_VERSION
+) -> Settings | None:
     """C3: ask server/discover for capabilities.tools.idempotency, as it came off the wire (the SDK's typed
     capabilities drop it); None when the server declares none, or has no server/discover."""
     try:
@@ -205,9 +210,16 @@ def jittered(back_off: float) -> float:
     return random.uniform(back_off / 2, back_off)
 
 
-async def call_tool(connection: Connection, name: str, arguments: dict, *, key: str | None = None,
-                    policy: Policy = Policy(), settings: Settings | None = None,
-                    first_sent: float | None = None) -> mcp_types.CallToolResult:
+async def call_tool(
+    connection: Connection,
+    name: str,
+    arguments: dict,
+    *,
+    key: str | None = None,
+    policy: Policy = Policy(),
+    settings: Settings | None = None,
+    first_sent: float | None = None,
+) -> mcp_types.CallToolResult:
     """One logical tools/call: sent with one key until answered, refused, or out of attempts.
 
     `connection` is a ClientSession, or an async function that returns the session to
@@ -220,8 +232,10 @@ async def call_tool(connection: Connection, name: str, arguments: dict, *, key: 
     if key is None:
         key = new_key(settings.max_key_length)  # once, outside the loop: every attempt is the same request
     elif settings.max_key_length is not None and len(key) > settings.max_key_length:
-        raise KeyTooLong(f"the key has {len(key)} characters; the server takes at most {settings.max_key_length} "
-                         "(capabilities.tools.idempotency.maxKeyLength): nothing was sent")
+        raise KeyTooLong(
+            f"the key has {len(key)} characters; the server takes at most {settings.max_key_length} "
+            "(capabilities.tools.idempotency.maxKeyLength): nothing was sent"
+        )
     request = KeyedCall(params=KeyedCallParams(name=name, arguments=arguments, idempotency_key=key))
     first_sent = time.time() if first_sent is None else first_sent
     back_off = policy.first_back_off
@@ -238,13 +252,18 @@ async def call_tool(connection: Connection, name: str, arguments: dict, *, key: 
         if number == policy.attempts:
             break
         wait = jittered(back_off)
-        log.info("attempt %d: %s; retrying the same request in %.2fs",
-                 number, rejection_type(last) or last.message, wait)
+        log.info(
+            "attempt %d: %s; retrying the same request in %.2fs", number, rejection_type(last) or last.message, wait
+        )
         window = settings.retention_seconds
         if window is not None and time.time() + wait - first_sent >= window:
             # The key may be forgotten by the time this attempt lands: it would be a new call, not a retry.
-            log.info("attempt %d: %s; the server's %gs window has passed: giving up", number,
-                     rejection_type(last) or last.message, window)
+            log.info(
+                "attempt %d: %s; the server's %gs window has passed: giving up",
+                number,
+                rejection_type(last) or last.message,
+                window,
+            )
             raise WindowPassed(key, number, last, window).with_first_sent(first_sent)
         await anyio.sleep(wait)
         back_off = min(back_off * 2, policy.max_back_off)

@@ -31,9 +31,9 @@ import mcp_types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
+from policy import TIMED_OUT, GaveUp, KeyRefused, Policy, call_tool, new_key
 
 from mcp_idempotency.demo.harness import LEDGER_SERVER, Link, ServerLog, linked, say, verdict
-from policy import TIMED_OUT, GaveUp, KeyRefused, Policy, call_tool, new_key
 
 MAIL = [str(Path(__file__).resolve().with_name("mail_server.py"))]  # an outbox, and the alternatives
 TIMEOUT = 0.5  # seconds the client waits for each attempt; the servers answer in milliseconds
@@ -59,8 +59,9 @@ class Server:
     def parameters(self) -> StdioServerParameters:
         """Start the script through sh, which writes the pid and becomes it, so a scenario can kill it."""
         command = [sys.executable, *self.command, "--verbose", *self.args]
-        return StdioServerParameters(command="sh", args=["-c", 'echo $$ > "$0"; exec "$@"', str(self.pid_file),
-                                                         *command])
+        return StdioServerParameters(
+            command="sh", args=["-c", 'echo $$ > "$0"; exec "$@"', str(self.pid_file), *command]
+        )
 
     @property
     def pid_file(self) -> Path:
@@ -160,14 +161,18 @@ async def slow_charge(folder: Path) -> bool:
     """A charge slower than the client's timeout: timed out, told in progress, backed off, replayed."""
     print(f"1. The ledger (the ledger server): charge_guarded takes {SLOW_CHARGE}s, the client waits {TIMEOUT}s")
     policy_log.lines.clear()
-    server = new_server(LEDGER_SERVER, ["--store", f"sqlite:{folder}/ledger.db", "--charge-delay", SLOW_CHARGE], folder,
-                        "slow")
+    server = new_server(
+        LEDGER_SERVER, ["--store", f"sqlite:{folder}/ledger.db", "--charge-delay", SLOW_CHARGE], folder, "slow"
+    )
     async with connected(server) as (client, _):
         await answered(client.session, "charge_guarded", {"amount": 100})
         truth = await ledger(client)
-    return verdict(truth == {"balance": 100, "charges": 1} and policy_log.saw("timed out")
-                   and policy_log.saw("idempotency_key_in_progress"),
-                   "one charge: the policy retried after the timeout and backed off while in progress")
+    return verdict(
+        truth == {"balance": 100, "charges": 1}
+        and policy_log.saw("timed out")
+        and policy_log.saw("idempotency_key_in_progress"),
+        "one charge: the policy retried after the timeout and backed off while in progress",
+    )
 
 
 async def lost_email(folder: Path) -> bool:
@@ -175,19 +180,26 @@ async def lost_email(folder: Path) -> bool:
     print("2. The outbox (retry/mail_server.py): send_email's answer is lost on its way back")
     policy_log.lines.clear()
     async with connected(new_server(MAIL, [], folder, "lost", "mail"), lose_next=True) as (client, _):
-        await answered(client.session, "send_email",
-                       {"to": "ada@example.com", "subject": "Invoice", "body": "Attached."})
+        await answered(
+            client.session, "send_email", {"to": "ada@example.com", "subject": "Invoice", "body": "Attached."}
+        )
         truth = await outbox(client)
-    return verdict(truth["email"] == 1 and policy_log.saw("timed out"),
-                   "one e-mail: the same policy, on a tool whose schema it never read")
+    return verdict(
+        truth["email"] == 1 and policy_log.saw("timed out"),
+        "one e-mail: the same policy, on a tool whose schema it never read",
+    )
 
 
 async def killed_mid_charge(folder: Path) -> bool:
     """A lost connection: the server is killed mid-charge, a new one starts on the same store."""
     print("3. A lost connection: the ledger server is killed mid-charge; a new one starts on the same store")
     policy_log.lines.clear()
-    server = new_server(LEDGER_SERVER, ["--store", f"sqlite:{folder}/restart.db", "--charge-delay", "1.0",
-                                        "--lease", "1.5"], folder, "restart")
+    server = new_server(
+        LEDGER_SERVER,
+        ["--store", f"sqlite:{folder}/restart.db", "--charge-delay", "1.0", "--lease", "1.5"],
+        folder,
+        "restart",
+    )
 
     async def kill_once_claimed():
         """SIGKILL the server as soon as it has claimed the key, while it charges."""
@@ -210,31 +222,43 @@ async def killed_mid_charge(folder: Path) -> bool:
         await answered(reconnect, "charge_guarded", {"amount": 100})
         truth = await ledger(clients[-1][0])
     reconnected = len(clients) == 2 and policy_log.saw("Connection closed")
-    return verdict(truth == {"balance": 100, "charges": 1} and reconnected,
-                   "one charge: the policy reconnected, and the new server took the dead claim over once its "
-                   "lease passed")
+    return verdict(
+        truth == {"balance": 100, "charges": 1} and reconnected,
+        "one charge: the policy reconnected, and the new server took the dead claim over once its lease passed",
+    )
 
 
 async def final_answers_then_full_store(folder: Path) -> bool:
     """A conflict and an invalid key: final, one attempt each. Then store full: back off until there is room."""
     print("4. Two final answers, then a store with room for one record: a new key waits for room")
-    server = new_server(LEDGER_SERVER, ["--store", f"sqlite:{folder}/full.db", "--max-records", "1",
-                                        "--retention", "1.5"], folder, "full")
+    server = new_server(
+        LEDGER_SERVER,
+        ["--store", f"sqlite:{folder}/full.db", "--max-records", "1", "--retention", "1.5"],
+        folder,
+        "full",
+    )
     async with connected(server) as (client, _):
         first = new_key()
         await answered(client.session, "charge_guarded", {"amount": 100}, key=first)
         refusals = []  # each answer, and how many attempts the policy made for it
         for key, amount in ((first, 250), ("k" * 256, 100)):  # the first key with another amount; too long a key
             policy_log.lines.clear()
-            refusals.append((await answered(client.session, "charge_guarded", {"amount": amount}, key=key),
-                             len(policy_log.lines)))
+            refusals.append(
+                (await answered(client.session, "charge_guarded", {"amount": amount}, key=key), len(policy_log.lines))
+            )
         policy_log.lines.clear()
         await answered(client.session, "charge_guarded", {"amount": 40})  # a new key: no room yet
         truth = await ledger(client)
-    stopped = all(answer.startswith(f"no answer: {kind}") and attempts == 1 for (answer, attempts), kind
-                  in zip(refusals, ["idempotency_key_conflict", "invalid_idempotency_key"], strict=True))
-    return verdict(stopped and policy_log.saw("idempotency_store_full") and truth == {"balance": 140, "charges": 2},
-                   "conflict and invalid key: stopped at once; store full: backed off until a record expired")
+    stopped = all(
+        answer.startswith(f"no answer: {kind}") and attempts == 1
+        for (answer, attempts), kind in zip(
+            refusals, ["idempotency_key_conflict", "invalid_idempotency_key"], strict=True
+        )
+    )
+    return verdict(
+        stopped and policy_log.saw("idempotency_store_full") and truth == {"balance": 140, "charges": 2},
+        "conflict and invalid key: stopped at once; store full: backed off until a record expired",
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -266,20 +290,31 @@ async def key_in_arguments(client: Client, link: Link) -> list[bool]:
     key = new_key()
     email = {"to": "ada@example.com", "subject": "Invoice", "body": "Attached.", "idempotencyKey": key}
     refusal = text(await client.call_tool("send_email", email))
-    say("client", f"send_email with idempotencyKey among its arguments ← {refusal.splitlines()[0]} "
-                  f"({refusal.splitlines()[2].strip()})")
+    say(
+        "client",
+        f"send_email with idempotencyKey among its arguments ← {refusal.splitlines()[0]} "
+        f"({refusal.splitlines()[2].strip()})",
+    )
     truth = await outbox(client)
-    refused = verdict(truth["email"] == 0, "refused by send_email's schema (additionalProperties: false): "
-                                           "with a key there, the e-mail cannot be sent at all")
+    refused = verdict(
+        truth["email"] == 0,
+        "refused by send_email's schema (additionalProperties: false): "
+        "with a key there, the e-mail cannot be sent at all",
+    )
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    say("client", f"send_sms describes itself: {tools['send_sms'].description!r}; a generic client cannot know "
-                  "which argument of which tool is a key, so it tries the name it knows")
-    answer = await send_and_retry_once(client, link, call("send_sms", {"to": "+441632960000", "text": "Your code",
-                                                                      "idempotencyKey": key}))
+    say(
+        "client",
+        f"send_sms describes itself: {tools['send_sms'].description!r}; a generic client cannot know "
+        "which argument of which tool is a key, so it tries the name it knows",
+    )
+    answer = await send_and_retry_once(
+        client, link, call("send_sms", {"to": "+441632960000", "text": "Your code", "idempotencyKey": key})
+    )
     say("client", f"← {answer}")
     truth = await outbox(client)
-    invisible = verdict(truth["sms"] == 2, "under a generic client's name the key was dropped by the SDK, "
-                                           "and the retry texted twice")
+    invisible = verdict(
+        truth["sms"] == 2, "under a generic client's name the key was dropped by the SDK, and the retry texted twice"
+    )
     return [refused, invisible]
 
 
@@ -287,8 +322,11 @@ async def idempotent_hint(client: Client, link: Link) -> bool:
     """idempotentHint: true is a hint: the retry a client risks on its word runs the tool again."""
     print("6. The idempotentHint annotation")
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    say("client", f"notify is annotated {tools['notify'].annotations.model_dump(by_alias=True, exclude_none=True)}"
-                  "; trusting it, the client retries without a key")
+    say(
+        "client",
+        f"notify is annotated {tools['notify'].annotations.model_dump(by_alias=True, exclude_none=True)}"
+        "; trusting it, the client retries without a key",
+    )
     say("client", f"← {await send_and_retry_once(client, link, call('notify', {'to': 'ada', 'text': 'Shipped'}))}")
     truth = await outbox(client)
     return verdict(truth["notification"] == 2, "no guarantee: the annotated tool ran twice")
@@ -298,24 +336,38 @@ async def key_in_meta(client: Client, link: Link) -> bool:
     """A key in `_meta`: the SDK hands it to the handler; nothing deduplicates it."""
     print("7. A key in _meta")
     key, meta_key = new_key(), "io.example/idempotencyKey"
-    seen = structured(await client.session.send_request(mcp_types.CallToolRequest(
-        params=call("seen_meta", {}, _meta={meta_key: key})), mcp_types.CallToolResult))
-    say("client", f"the handler received _meta[{meta_key!r}] = {seen.get(meta_key)!r}: what it does with it is "
-                  "each tool's business")
+    seen = structured(
+        await client.session.send_request(
+            mcp_types.CallToolRequest(params=call("seen_meta", {}, _meta={meta_key: key})), mcp_types.CallToolResult
+        )
+    )
+    say(
+        "client",
+        f"the handler received _meta[{meta_key!r}] = {seen.get(meta_key)!r}: what it does with it is "
+        "each tool's business",
+    )
     before = (await outbox(client))["email"]
-    answer = await send_and_retry_once(client, link, call(
-        "send_email", {"to": "ada@example.com", "subject": "Invoice", "body": "Attached."}, _meta={meta_key: key}))
+    answer = await send_and_retry_once(
+        client,
+        link,
+        call("send_email", {"to": "ada@example.com", "subject": "Invoice", "body": "Attached."}, _meta={meta_key: key}),
+    )
     say("client", f"← {answer}")
     truth = await outbox(client)
-    return verdict(seen.get(meta_key) == key and truth["email"] == before + 2,
-                   "the key reached the handler, nobody deduplicated it: the retry sent the e-mail twice")
+    return verdict(
+        seen.get(meta_key) == key and truth["email"] == before + 2,
+        "the key reached the handler, nobody deduplicated it: the retry sent the e-mail twice",
+    )
 
 
 async def alternatives(folder: Path) -> list[bool]:
     """Scenarios 5-7, on one mail server: the same tools, the key placed anywhere but params."""
     async with connected(new_server(MAIL, [], folder, "alternatives", "mail")) as (client, link):
-        return [*await key_in_arguments(client, link), await idempotent_hint(client, link),
-                await key_in_meta(client, link)]
+        return [
+            *await key_in_arguments(client, link),
+            await idempotent_hint(client, link),
+            await key_in_meta(client, link),
+        ]
 
 
 async def play() -> bool:
@@ -323,8 +375,13 @@ async def play() -> bool:
     print("One retry policy (retry/policy.py) on two unrelated tools, and the alternatives to a key in params\n")
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
-        verdicts = [await slow_charge(folder), await lost_email(folder), await killed_mid_charge(folder),
-                    await final_answers_then_full_store(folder), *await alternatives(folder)]
+        verdicts = [
+            await slow_charge(folder),
+            await lost_email(folder),
+            await killed_mid_charge(folder),
+            await final_answers_then_full_store(folder),
+            *await alternatives(folder),
+        ]
     print(f"{sum(verdicts)} of {len(verdicts)} verdicts held.")
     return all(verdicts)
 

@@ -21,7 +21,7 @@ from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "retry"))
 
-from policy import GaveUp, KeyRefused, Policy, call_tool, discover_settings, new_key  # noqa: E402
+from policy import GaveUp, KeyRefused, Policy, call_tool, discover_settings, new_key
 
 
 async def charges(session) -> int:
@@ -51,20 +51,29 @@ async def main(command: list[str]) -> None:
         session = client.session
 
         async def keyed_call(key: str):
-            request = KeyedCall(params=KeyedCallParams(name="charge_guarded", arguments={"amount": 100},
-                                                       idempotency_key=key))
+            request = KeyedCall(
+                params=KeyedCallParams(name="charge_guarded", arguments={"amount": 100}, idempotency_key=key)
+            )
             return await session.send_request(request, mcp_types.CallToolResult)
 
         async def policy(key: str):
-            return await call_tool(session, "charge_guarded", {"amount": 100}, key=key,
-                                   policy=Policy(timeout=5, attempts=2, first_back_off=0.1))
+            return await call_tool(
+                session,
+                "charge_guarded",
+                {"amount": 100},
+                key=key,
+                policy=Policy(timeout=5, attempts=2, first_back_off=0.1),
+            )
 
-        report = {"protocol": client.protocol_version,
-                  "capability": None if (settings := await discover_settings(session)) is None else settings.__dict__,
-                  "KeyedCall": await twice(session, keyed_call), "policy": await twice(session, policy)}
+        report = {
+            "protocol": client.protocol_version,
+            "capability": None if (settings := await discover_settings(session)) is None else settings.__dict__,
+            "KeyedCall": await twice(session, keyed_call),
+            "policy": await twice(session, policy),
+        }
         print(json.dumps(report), flush=True)
         os._exit(0)  # the report is out; the SDK's orderly stdio shutdown would take seconds more
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[sys.argv.index("--") + 1:])
+    anyio.run(main, sys.argv[sys.argv.index("--") + 1 :])

@@ -12,17 +12,23 @@ from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 
 import pytest
-
 from wire import REPLY_TIMEOUT, ROOT, SERVER, TARGETS, start
 
 sys.path.insert(0, str(ROOT))
 
 
 def pytest_addoption(parser):
-    parser.addoption("--target", action="append", choices=TARGETS,
-                     help="run the wire-level tests against this target only (repeatable; default: all)")
-    parser.addoption("--print-targets", action="store_true",
-                     help="after collecting, list each test with the targets it runs on (test_conformance.py)")
+    parser.addoption(
+        "--target",
+        action="append",
+        choices=TARGETS,
+        help="run the wire-level tests against this target only (repeatable; default: all)",
+    )
+    parser.addoption(
+        "--print-targets",
+        action="store_true",
+        help="after collecting, list each test with the targets it runs on (test_conformance.py)",
+    )
 
 
 def pytest_configure(config):
@@ -99,8 +105,10 @@ def shared_wire(target, tmp_path_factory):
 # A PostgreSQL server to test against: tests/postgres.sh starts a throwaway one, and
 # .ci/run does so and sets this. Each test gets a database of its own on it.
 POSTGRES = os.environ.get("SEP3182_POSTGRES")
-NO_POSTGRES = ("no PostgreSQL server: start one with tests/postgres.sh start DIR PORT "
-               "and set SEP3182_POSTGRES to the URL it prints")
+NO_POSTGRES = (
+    "no PostgreSQL server: start one with tests/postgres.sh start DIR PORT "
+    "and set SEP3182_POSTGRES to the URL it prints"
+)
 
 
 @contextmanager

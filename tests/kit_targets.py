@@ -25,15 +25,19 @@ from oauth import READ, RESOURCE, Issuer
 from wire import ROOT, SDK2_SERVER, free_port, sdk2_python
 
 sys.path.insert(0, str(ROOT / "conformance"))
-import kit  # noqa: E402
+import kit
 
 KIT = ROOT / "conformance" / "kit.py"
 TYPESCRIPT = ROOT / "typescript"
 PYTHON_1X = sys.executable  # the interpreter that runs this has mcp 1.x, as conftest.py assumes for 1x-stdio
-VARIANTS = {"": [], "slow-": ["--charge-delay", "2"], "short-retention-": ["--retention", "1"],
-            "bounded-": ["--max-records", "3"],
-            # a charge that outlasts its one-second lease by two seconds (kit.py's --short-lease default)
-            "short-lease-": ["--lease", "1", "--charge-delay", "3"]}
+VARIANTS = {
+    "": [],
+    "slow-": ["--charge-delay", "2"],
+    "short-retention-": ["--retention", "1"],
+    "bounded-": ["--max-records", "3"],
+    # a charge that outlasts its one-second lease by two seconds (kit.py's --short-lease default)
+    "short-lease-": ["--lease", "1", "--charge-delay", "3"],
+}
 READY_SECONDS = 20
 
 
@@ -52,8 +56,7 @@ TARGETS = {
     "1x-stdio": ("1.x stdio", "stdio", lambda: [PYTHON_1X, str(ROOT / "server.py")], []),
     "2x-stdio": ("2.x stdio", "stdio", ledger_server, []),
     "2x-http": ("2.x HTTP", "http", ledger_server, []),
-    "2x-http-2025": ("2.x HTTP, 2025 handshake", "http", ledger_server,
-                     ["--revision", "2025-11-25"]),
+    "2x-http-2025": ("2.x HTTP, 2025 handshake", "http", ledger_server, ["--revision", "2025-11-25"]),
     "2x-http-auth": ("2.x HTTP, authorisation", "http", ledger_server, []),
     # Closing an SSE response stream is cancellation (2026-07-28): the kit's cancel checks meet it.
     "2x-http-sse": ("2.x HTTP, SSE", "http", lambda: [*ledger_server(), "--sse"], []),
@@ -69,28 +72,64 @@ KNOWN_WARNINGS: dict[str, dict[str, str]] = {}
 
 # name -> the checks its one broken rule makes fall short (FAILURE or WARNING)
 NO_DEDUPLICATION = {
-    "repeat-executes-once", "replay-not-refreshed", "error-outcome-recorded", "conflict-leaves-the-record",
-    "read-only-tool-deduplicated", "conflict-rejected", "conflict-error-data", "error-code",
-    "equivalence-serialisation", "equivalence-numbers", "equivalence-strings", "equivalence-meta-ignored",
-    "equivalence-absent-arguments", "different-requests-conflict", "equivalence-null-member",
-    "large-integers-exact", "odd-keys-are-keys", "invalid-key-rejected",
-    "in-flight-duplicate-not-executed", "in-flight-duplicate-rejected-at-once", "in-progress-error-data",
-    "conflict-while-running", "cancelled-call-runs-once", "retention-window", "store-bound",
-    "malformed-input-survived", "capability-settings", "running-record-bounded",
+    "repeat-executes-once",
+    "replay-not-refreshed",
+    "error-outcome-recorded",
+    "conflict-leaves-the-record",
+    "read-only-tool-deduplicated",
+    "conflict-rejected",
+    "conflict-error-data",
+    "error-code",
+    "equivalence-serialisation",
+    "equivalence-numbers",
+    "equivalence-strings",
+    "equivalence-meta-ignored",
+    "equivalence-absent-arguments",
+    "different-requests-conflict",
+    "equivalence-null-member",
+    "large-integers-exact",
+    "odd-keys-are-keys",
+    "invalid-key-rejected",
+    "in-flight-duplicate-not-executed",
+    "in-flight-duplicate-rejected-at-once",
+    "in-progress-error-data",
+    "conflict-while-running",
+    "cancelled-call-runs-once",
+    "retention-window",
+    "store-bound",
+    "malformed-input-survived",
+    "capability-settings",
+    "running-record-bounded",
 }
 STAND_INS = {
     "ignores-the-key": ("ignores_the_key.py", NO_DEDUPLICATION),
-    "replays-a-conflict": ("replays_a_conflict.py", {
-        "conflict-rejected", "conflict-error-data", "error-code", "error-outcome-recorded",
-        "different-requests-conflict", "equivalence-null-member", "large-integers-exact",
-        "conflict-while-running", "running-record-bounded"}),
-    "queues-in-flight-duplicates": ("queues_in_flight_duplicates.py", {
-        "in-flight-duplicate-rejected-at-once", "in-progress-error-data", "cancelled-call-runs-once"}),
+    "replays-a-conflict": (
+        "replays_a_conflict.py",
+        {
+            "conflict-rejected",
+            "conflict-error-data",
+            "error-code",
+            "error-outcome-recorded",
+            "different-requests-conflict",
+            "equivalence-null-member",
+            "large-integers-exact",
+            "conflict-while-running",
+            "running-record-bounded",
+        },
+    ),
+    "queues-in-flight-duplicates": (
+        "queues_in_flight_duplicates.py",
+        {"in-flight-duplicate-rejected-at-once", "in-progress-error-data", "cancelled-call-runs-once"},
+    ),
     "drops-the-capability": ("drops_the_capability.py", {"capability-declared"}),
-    "records-its-own-rejections": ("records_its_own_rejections.py", {
-        "conflict-leaves-the-record", "cancelled-call-runs-once", "running-record-bounded"}),
-    "shares-keys-across-principals": ("shares_keys_across_principals.py", {
-        "key-scoped-to-principal", "other-principals-key-no-conflict", "other-principals-key-not-in-progress"}),
+    "records-its-own-rejections": (
+        "records_its_own_rejections.py",
+        {"conflict-leaves-the-record", "cancelled-call-runs-once", "running-record-bounded"},
+    ),
+    "shares-keys-across-principals": (
+        "shares_keys_across_principals.py",
+        {"key-scoped-to-principal", "other-principals-key-no-conflict", "other-principals-key-not-in-progress"},
+    ),
     "takes-a-null-key-as-a-key": ("takes_a_null_key_as_a_key.py", {"no-key-runs-every-time"}),
     "examines-the-key-on-every-method": ("examines_the_key_on_every_method.py", {"other-methods-ignore-the-key"}),
     "replays-without-rechecking-scope": ("replays_without_rechecking_scope.py", {"replay-rechecks-authorisation"}),
@@ -106,11 +145,19 @@ STAND_INS = {
 # and checked with Alice's token, Bob's, and Alice's without the charge scope (K2, K3).
 AUTHORISED = {"2x-http-auth", "shares-keys-across-principals", "replays-without-rechecking-scope"}
 for name, (script, _) in STAND_INS.items():
-    TARGETS[name] = (name, "http" if name in AUTHORISED else "stdio",
-                     lambda script=script: python_2x(f"tests/stand_ins/{script}"), [])
+    TARGETS[name] = (
+        name,
+        "http" if name in AUTHORISED else "stdio",
+        lambda script=script: python_2x(f"tests/stand_ins/{script}"),
+        [],
+    )
 
-ISSUE_25_CHECKS = ["sep-3182-rejection-retryable", "sep-3182-capability-settings", "sep-3182-large-integers-exact",
-                   "sep-3182-running-record-bounded"]
+ISSUE_25_CHECKS = [
+    "sep-3182-rejection-retryable",
+    "sep-3182-capability-settings",
+    "sep-3182-large-integers-exact",
+    "sep-3182-running-record-bounded",
+]
 
 
 def with_store(command: list[str], folder: Path, variant: str) -> list[str]:
@@ -124,7 +171,7 @@ def with_store(command: list[str], folder: Path, variant: str) -> list[str]:
 def http_process(command: list[str]):
     """Start an HTTP server on a free loopback port, without waiting for it; SIGTERM when the block ends."""
     port = free_port()
-    log = tempfile.TemporaryFile()
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (the server's stderr, open as long as it runs)
     process = subprocess.Popen([*command, "--transport", "http", "--port", str(port)], stdout=log, stderr=log)
     try:
         yield command, process, port, log
@@ -177,9 +224,17 @@ typescript_compiled = False  # this process has compiled the TypeScript server
 def authorised(servers: ExitStack) -> tuple[list[str], list[str]]:
     """The real issuer, running until `servers` closes: the server's options to trust it, and the kit's tokens."""
     issuer = servers.enter_context(closing(Issuer()))
-    return (["--issuer", issuer.url, "--resource", RESOURCE],
-            ["--bearer", issuer.token("alice"), "--second-bearer", issuer.token("bob"),
-             "--narrowed-bearer", issuer.token("alice", READ)])
+    return (
+        ["--issuer", issuer.url, "--resource", RESOURCE],
+        [
+            "--bearer",
+            issuer.token("alice"),
+            "--second-bearer",
+            issuer.token("bob"),
+            "--narrowed-bearer",
+            issuer.token("alice", READ),
+        ],
+    )
 
 
 def run_kit(name: str, checks: list[str] | None = None, timeout: float = 30) -> tuple[list[dict], str]:
@@ -189,24 +244,34 @@ def run_kit(name: str, checks: list[str] | None = None, timeout: float = 30) -> 
     _, transport, command_of, extra = TARGETS[name]
     if name.startswith("ts-"):
         typescript_built()
-    needed = {"main"} | {variant for check in kit.CHECKS if not checks or check.id in checks
-                         for variant in (check.needs, *check.uses)}
+    needed = {"main"} | {
+        variant for check in kit.CHECKS if not checks or check.id in checks for variant in (check.needs, *check.uses)
+    }
     with tempfile.TemporaryDirectory() as folder, ExitStack() as servers:
         options = [option for check in checks or [] for option in ("--check", check)]
         trusting, tokens = authorised(servers) if name in AUTHORISED else ([], [])
-        chosen = {variant: [*with_store(command_of(), Path(folder), variant.rstrip("-")), *server_args, *trusting]
-                  for variant, server_args in VARIANTS.items()
-                  if (variant.rstrip("-").replace("-", "_") or "main") in needed}
+        chosen = {
+            variant: [*with_store(command_of(), Path(folder), variant.rstrip("-")), *server_args, *trusting]
+            for variant, server_args in VARIANTS.items()
+            if (variant.rstrip("-").replace("-", "_") or "main") in needed
+        }
         if transport == "stdio":
-            options += [o for variant, command in chosen.items()
-                        for o in (f"--{variant}command", subprocess.list2cmdline(command))]
+            options += [
+                o
+                for variant, command in chosen.items()
+                for o in (f"--{variant}command", subprocess.list2cmdline(command))
+            ]
         else:
             urls = servers.enter_context(http_servers(list(chosen.values())))
             options += [o for variant, url in zip(chosen, urls) for o in (f"--{variant}url", url)]
         report = Path(folder) / "checks.json"
-        ran = subprocess.run([sys.executable, str(KIT), *options, *extra, *tokens, "--timeout", f"{timeout:g}",
-                              "--json", str(report)],
-                             capture_output=True, text=True, timeout=600, cwd=ROOT)
+        ran = subprocess.run(
+            [sys.executable, str(KIT), *options, *extra, *tokens, "--timeout", f"{timeout:g}", "--json", str(report)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=ROOT,
+        )
         if not report.exists():
             raise RuntimeError(f"the kit wrote no report for {name}:\n{ran.stdout}\n{ran.stderr}")
         return json.loads(report.read_text(encoding="utf-8")), ran.stdout + ran.stderr
@@ -222,13 +287,16 @@ def problems_of(name: str, results: list[dict]) -> list[str]:
     short = short_of(results)
     if name in STAND_INS:
         expected = STAND_INS[name][1]
-        return ([f"{name}: also falls short on {sorted(short - expected)}"] if short - expected else []) + \
-               ([f"{name}: passes {sorted(expected - short)}, which its broken rule should fail"]
-                if expected - short else [])
+        return ([f"{name}: also falls short on {sorted(short - expected)}"] if short - expected else []) + (
+            [f"{name}: passes {sorted(expected - short)}, which its broken rule should fail"]
+            if expected - short
+            else []
+        )
     allowed = {check.removeprefix("sep-3182-") for check in KNOWN_WARNINGS.get(name, {})}
     failures = {entry["id"] for entry in results if entry["status"] == "FAILURE"}
-    return ([f"{name}: FAILURE of {sorted(failures)}"] if failures else []) + \
-           ([f"{name}: falls short on {sorted(short - allowed)}"] if short - allowed else [])
+    return ([f"{name}: FAILURE of {sorted(failures)}"] if failures else []) + (
+        [f"{name}: falls short on {sorted(short - allowed)}"] if short - allowed else []
+    )
 
 
 def table(runs: dict) -> str:
@@ -236,8 +304,7 @@ def table(runs: dict) -> str:
     names = list(runs)
     ids = [entry["id"] for entry in next(iter(runs.values()))]
     short = {"SUCCESS": "pass", "FAILURE": "**FAIL**", "WARNING": "*warn*", "SKIPPED": "skip", "INFO": "info"}
-    lines = ["| check | " + " | ".join(TARGETS[name][0] for name in names) + " |",
-             "|---|" + "---|" * len(names)]
+    lines = ["| check | " + " | ".join(TARGETS[name][0] for name in names) + " |", "|---|" + "---|" * len(names)]
     for check_id in ids:
         cells = [short[next(e["status"] for e in runs[name] if e["id"] == check_id)] for name in names]
         lines.append(f"| `{check_id}` | " + " | ".join(cells) + " |")
@@ -257,10 +324,12 @@ def with_table(readme: Path, markdown: str) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", metavar="NAME",
-                        help=f"targets and stand-ins (default: all): {', '.join(TARGETS)}")
-    parser.add_argument("--readme", action="store_true",
-                        help="replace the results table in conformance/README.md with this run's")
+    parser.add_argument(
+        "names", nargs="*", metavar="NAME", help=f"targets and stand-ins (default: all): {', '.join(TARGETS)}"
+    )
+    parser.add_argument(
+        "--readme", action="store_true", help="replace the results table in conformance/README.md with this run's"
+    )
     options = parser.parse_args(argv)
     unknown = set(options.names) - set(TARGETS)
     if unknown:
@@ -272,13 +341,18 @@ def main(argv=None) -> int:
         print(output, end="", flush=True)
         problems += problems_of(name, runs[name])
     if options.readme:
-        with_table(README, f"This run: {time.strftime('%Y-%m-%d', time.gmtime())}, kit_targets "
-                           f"{'passed' if not problems else 'FAILED: ' + '; '.join(problems)}.\n\n{table(runs)}")
+        with_table(
+            README,
+            f"This run: {time.strftime('%Y-%m-%d', time.gmtime())}, kit_targets "
+            f"{'passed' if not problems else 'FAILED: ' + '; '.join(problems)}.\n\n{table(runs)}",
+        )
     print()
     for problem in problems:
         print(problem)
-    print(f"kit_targets: {len(runs) - len({p.split(':')[0] for p in problems})} passed, "
-          f"{len({p.split(':')[0] for p in problems})} failed")
+    print(
+        f"kit_targets: {len(runs) - len({p.split(':')[0] for p in problems})} passed, "
+        f"{len({p.split(':')[0] for p in problems})} failed"
+    )
     return 1 if problems else 0
 
 

@@ -1,4 +1,4 @@
-"""The real issuer (mcp_idempotency.demo.issuer) as a subprocess on 127.0.0.1, and tokens from it, for the authorisation tests.
+"""The real issuer (mcp_idempotency.demo.issuer) as a subprocess on 127.0.0.1, and its tokens, for the auth tests.
 
 Every token here is a real one, signed by the issuer's key and fetched from its token
 endpoint by client credentials, except the forgeries `forged()` builds on purpose:
@@ -16,7 +16,7 @@ import tempfile
 import time
 from urllib.parse import urlencode
 
-from wire import REPLY_TIMEOUT, ROOT, free_port, sdk2_python, start
+from wire import REPLY_TIMEOUT, free_port, sdk2_python, start
 
 ISSUER = ["-m", "mcp_idempotency.demo.issuer"]
 # Every instance of one deployment is one resource, the `aud` of its tokens (RFC 8707),
@@ -31,9 +31,13 @@ class Issuer:
     def __init__(self, *args: str, port: int | None = None):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen([sdk2_python(), *ISSUER, "--port", str(self.port), *args],
-                                        stdout=subprocess.DEVNULL, stderr=self.stderr, text=True)
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the server's stderr, open as long as it runs)
+        self.process = subprocess.Popen(
+            [sdk2_python(), *ISSUER, "--port", str(self.port), *args],
+            stdout=subprocess.DEVNULL,
+            stderr=self.stderr,
+            text=True,
+        )
         deadline = time.monotonic() + REPLY_TIMEOUT
         while "serving" not in self.log() or not self.answers():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -62,8 +66,12 @@ class Issuer:
         credentials = base64.b64encode(f"{client}:{client}-secret".encode()).decode()
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=REPLY_TIMEOUT)
         try:
-            connection.request("POST", "/token", body=urlencode(form), headers={
-                "Content-Type": "application/x-www-form-urlencoded", "Authorization": f"Basic {credentials}"})
+            connection.request(
+                "POST",
+                "/token",
+                body=urlencode(form),
+                headers={"Content-Type": "application/x-www-form-urlencoded", "Authorization": f"Basic {credentials}"},
+            )
             answer = json.loads(connection.getresponse().read())
         finally:
             connection.close()
@@ -111,8 +119,11 @@ def b64(data: bytes) -> str:
 def parts(token: str) -> tuple[dict, dict, str]:
     """A real token's header and claims, read as the attacker reads them (no check), and its signature."""
     header, claims, signature = token.split(".")
-    return (json.loads(base64.urlsafe_b64decode(header + "==")), json.loads(base64.urlsafe_b64decode(claims + "==")),
-            signature)
+    return (
+        json.loads(base64.urlsafe_b64decode(header + "==")),
+        json.loads(base64.urlsafe_b64decode(claims + "==")),
+        signature,
+    )
 
 
 def unsigned(token: str) -> str:
@@ -122,7 +133,7 @@ def unsigned(token: str) -> str:
 
 
 def public_key_pem(issuer: Issuer, kid: str) -> bytes:
-    """The issuer's public key `kid` in PEM: what a verifier that trusts the token's `alg` would use as an HMAC secret."""
+    """The issuer's public key `kid` in PEM: what a verifier trusting the token's `alg` would take as an HMAC secret."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicNumbers
 
@@ -169,4 +180,3 @@ def metadata_of(headers: dict) -> str:
 def scope_of(headers: dict) -> str | None:
     """The scopes a challenge names, separated by spaces (RFC 6750 section 3)."""
     return challenge_parameter(headers, "scope")
-

@@ -9,9 +9,8 @@ A charge whose `note` is {"reject": DATA, "times": T} is refused, under its key,
 """
 
 import argparse
-import sys
 from collections import Counter
-from typing import Any
+from typing import Any, ClassVar
 
 from mcp.shared.exceptions import MCPError
 
@@ -23,7 +22,7 @@ from mcp_idempotency.layer import CallNext, Idempotency
 class PolicyServer(Idempotency):
     """The layer, with rejections on request."""
 
-    refused: Counter = Counter()  # key -> how many times its call was refused so far
+    refused: ClassVar[Counter[str]] = Counter()  # key -> how many times its call was refused so far
 
     async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
         params = ctx.params if isinstance(ctx.params, dict) else {}

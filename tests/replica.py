@@ -50,8 +50,9 @@ class Cluster:
         # On tmpfs when there is one: each fsync of initdb, pg_basebackup and the replica's
         # start-up took seconds on the shared disk. An immediate stop is a crash of the
         # processes, not of the machine, so what it loses is the same on either.
-        self.folder = Path(tempfile.mkdtemp(prefix="sep3182-failover-",
-                                            dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+        self.folder = Path(
+            tempfile.mkdtemp(prefix="sep3182-failover-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
+        )
         self.folder.chmod(0o755)  # the postgres user owns the clusters inside it
         self.old_port = free_port()  # for the crashed primary, started again at the end to be read
         try:
@@ -101,9 +102,12 @@ class Cluster:
         the replica has received and not applied."""
         (flushed,) = query(self.primary, "SELECT pg_current_wal_flush_lsn()::text")[0]
         for _ in range(200):
-            ((received, behind),) = query(self.replica, f"SELECT pg_last_wal_receive_lsn() >= '{flushed}', "
-                                                        "pg_wal_lsn_diff(pg_last_wal_receive_lsn(), "
-                                                        "pg_last_wal_replay_lsn())")
+            ((received, behind),) = query(
+                self.replica,
+                f"SELECT pg_last_wal_receive_lsn() >= '{flushed}', "
+                "pg_wal_lsn_diff(pg_last_wal_receive_lsn(), "
+                "pg_last_wal_replay_lsn())",
+            )
             if received:
                 return int(behind)
             time.sleep(0.05)

@@ -16,7 +16,7 @@ from mcp import Client, StdioServerParameters
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "retry"))
 
-from policy import GaveUp, KeyRefused, KeyTooLong, Policy, WindowPassed, call_tool, discover_settings  # noqa: E402
+from policy import GaveUp, KeyRefused, KeyTooLong, Policy, WindowPassed, call_tool, discover_settings
 
 QUICK = Policy(timeout=0.5, attempts=6, first_back_off=0.1, max_back_off=0.4)
 
@@ -39,19 +39,39 @@ async def scenario(name: str, session) -> dict:
         if name == "settings":
             pass
         elif name == "caller-key-too-long":  # a caller's key one past maxKeyLength
-            await call_tool(session, "charge_guarded", {"amount": 1}, key="k" * (settings.max_key_length + 1),
-                            settings=settings, policy=QUICK)
+            await call_tool(
+                session,
+                "charge_guarded",
+                {"amount": 1},
+                key="k" * (settings.max_key_length + 1),
+                settings=settings,
+                policy=QUICK,
+            )
         elif name in ("minted-key-fits", "minted-key-ignoring-settings"):
-            await call_tool(session, "charge_guarded", {"amount": 1}, policy=QUICK,
-                            settings=settings if name == "minted-key-fits" else None)
+            await call_tool(
+                session,
+                "charge_guarded",
+                {"amount": 1},
+                policy=QUICK,
+                settings=settings if name == "minted-key-fits" else None,
+            )
         elif name in ("window-passed", "window-ignored"):  # a charge slower than every attempt's timeout
-            await call_tool(session, "charge_guarded", {"amount": 1}, policy=Policy(timeout=0.3, attempts=40,
-                            first_back_off=0.1, max_back_off=0.2),
-                            settings=settings if name == "window-passed" else None)
+            await call_tool(
+                session,
+                "charge_guarded",
+                {"amount": 1},
+                policy=Policy(timeout=0.3, attempts=40, first_back_off=0.1, max_back_off=0.2),
+                settings=settings if name == "window-passed" else None,
+            )
         else:  # "reject:<JSON error.data>": refused twice with that data, then run
             data = json.loads(name.removeprefix("reject:"))
-            await call_tool(session, "charge_guarded", {"amount": 1, "note": {"reject": data, "times": 2}},
-                            settings=settings, policy=QUICK)
+            await call_tool(
+                session,
+                "charge_guarded",
+                {"amount": 1, "note": {"reject": data, "times": 2}},
+                settings=settings,
+                policy=QUICK,
+            )
         seen["outcome"] = {"result": True}
     except (GaveUp, KeyRefused, KeyTooLong, WindowPassed) as error:
         seen["outcome"] = outcome_of(error)
@@ -71,4 +91,4 @@ async def main(name: str, command: list[str]) -> None:
 
 if __name__ == "__main__":
     split = sys.argv.index("--")
-    anyio.run(main, sys.argv[1], sys.argv[split + 1:])
+    anyio.run(main, sys.argv[1], sys.argv[split + 1 :])

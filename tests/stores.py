@@ -33,8 +33,9 @@ def read_store(url: str) -> tuple[dict | None, dict, int]:
                 ledger = None
                 if await db.fetchval("SELECT to_regclass('ledger') IS NOT NULL"):
                     ledger = dict(await db.fetchrow("SELECT balance, charges FROM ledger"))
-                records = {row["key"]: row["outcome"]
-                           for row in await db.fetch("SELECT key, outcome FROM idempotency_records")}
+                records = {
+                    row["key"]: row["outcome"] for row in await db.fetch("SELECT key, outcome FROM idempotency_records")
+                }
                 counted = await db.fetchval("SELECT n FROM idempotency_record_count")
             return ledger, records, counted
         finally:
@@ -93,8 +94,10 @@ def audit(url: str) -> tuple[dict, set]:
     return completed, {key for key, outcome in records.items() if outcome is None}
 
 
-DECISION = re.compile(r"idempotency: (claimed|recorded|replayed|in progress|conflict|lease lost|store full): "
-                      r"key='([^']*)'")
+DECISION = re.compile(
+    r"idempotency: (claimed|recorded|replayed|in progress|conflict|lease lost|store full): "
+    r"key='([^']*)'"
+)
 
 
 def decisions(*wires) -> Counter:

@@ -30,10 +30,23 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from conftest import postgres_database
-from oauth import (CHARGE, READ, RESOURCE, Issuer, as_caller, bearer, challenge, hs256_with_public_key, metadata_of,
-                   parts, scope_of, start_protected, unsigned, with_signature_of)
+from oauth import (
+    CHARGE,
+    READ,
+    RESOURCE,
+    Issuer,
+    as_caller,
+    bearer,
+    challenge,
+    hs256_with_public_key,
+    metadata_of,
+    parts,
+    scope_of,
+    start_protected,
+    unsigned,
+    with_signature_of,
+)
 from stores import decisions, execute, read_store
 from wire import CONFLICT, SDK2_SERVER, STORE_FULL, error_type, free_port, keyed_call_line, sdk2_python, start, text_of
 
@@ -96,12 +109,15 @@ def bobs_answers(issuer: Issuer, a, b, alices_keys: tuple[str, ...]) -> tuple[li
     keyed_call_line(a, "charge_guarded", {"amount": 100}, alices_keys[0])  # completed, the arguments Bob will send
     keyed_call_line(a, "charge_guarded", {"amount": 30}, alices_keys[1])  # completed, other arguments than Bob's
     as_caller(b, bob)
-    answers = [keyed_call_line(b, "charge_guarded", {"amount": amount}, key)[1] for amount, key in [
-        (100, BOBS_KEYS[0]),  # his own execution, not her result
-        (100, BOBS_KEYS[0]),  # his own replay
-        (250, BOBS_KEYS[0]),  # a conflict with his own call
-        (70, BOBS_KEYS[1]),  # her key with other arguments: no conflict
-    ]]
+    answers = [
+        keyed_call_line(b, "charge_guarded", {"amount": amount}, key)[1]
+        for amount, key in [
+            (100, BOBS_KEYS[0]),  # his own execution, not her result
+            (100, BOBS_KEYS[0]),  # his own replay
+            (250, BOBS_KEYS[0]),  # a conflict with his own call
+            (70, BOBS_KEYS[1]),  # her key with other arguments: no conflict
+        ]
+    ]
     as_caller(a, alice)
     running = a.send_call("charge_guarded", {"amount": 40}, key=alices_keys[2])
     a.wait_for_log(f"claimed: key='{alices_keys[2]}'")
@@ -111,17 +127,25 @@ def bobs_answers(issuer: Issuer, a, b, alices_keys: tuple[str, ...]) -> tuple[li
     as_caller(a, alice)
     keyed_call_line(a, "charge_guarded", {"amount": 20}, alices_keys[3])  # the last room under the bound
     as_caller(b, bob)
-    answers.append(keyed_call_line(b, "charge_guarded", {"amount": 20}, BOBS_KEYS[3])[1])  # her key, her arguments: full
+    answers.append(
+        keyed_call_line(b, "charge_guarded", {"amount": 20}, BOBS_KEYS[3])[1]
+    )  # her key, her arguments: full
     return answers, b.ledger()
 
 
-@pytest.mark.parametrize(("kind", "instances"), [
-    ("memory", 1),  # the quick set; the others, across instances too, in the slow set (CI runs both)
-    pytest.param("sqlite", 1, marks=pytest.mark.slow), pytest.param("sqlite", 2, marks=pytest.mark.slow),
-    pytest.param("postgresql", 1, marks=pytest.mark.slow),
-    pytest.param("postgresql", 2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    ("kind", "instances"),
+    [
+        ("memory", 1),  # the quick set; the others, across instances too, in the slow set (CI runs both)
+        pytest.param("sqlite", 1, marks=pytest.mark.slow),
+        pytest.param("sqlite", 2, marks=pytest.mark.slow),
+        pytest.param("postgresql", 1, marks=pytest.mark.slow),
+        pytest.param("postgresql", 2, marks=pytest.mark.slow),
+    ],
+)
 def test_another_principal_sending_a_used_key_gets_exactly_what_it_gets_had_nobody_used_it(
-        issuer, kind, instances, tmp_path):
+    issuer, kind, instances, tmp_path
+):
     token = issuer.token("alice", READ)
     with fresh_store(kind, tmp_path, "used") as store, deployment(issuer, store, instances, token) as (a, b):
         used, ledger_used = bobs_answers(issuer, a, b, BOBS_KEYS)
@@ -163,17 +187,25 @@ def test_replay_with_a_narrowed_or_expired_token_is_refused_and_the_record_stays
             issued = time.monotonic()
             as_caller(a, full)
             original = keyed_call_line(a, "charge_guarded", {"amount": 100}, "order-1")[1]
-            call = {"jsonrpc": "2.0", "id": "again", "method": "tools/call",
-                    "params": {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": "order-1"}}
+            call = {
+                "jsonrpc": "2.0",
+                "id": "again",
+                "method": "tools/call",
+                "params": {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": "order-1"},
+            }
             body = json.dumps(b.frame(call)).encode()
 
             narrowed = b.post(body, {**b.headers(call), **bearer(issuer.token("alice", READ))})
             time.sleep(max(0.0, issued + LIFETIME + 1.5 - time.monotonic()))
             expired = b.post(body, {**b.headers(call), **bearer(full)})
 
-            for (status, headers, text), wanted in zip((narrowed, expired), (
+            for (status, headers, text), wanted in zip(
+                (narrowed, expired),
+                (
                     (403, "insufficient_scope", CHARGE),  # the scope for this call only
-                    (401, "invalid_token", EVERY_SCOPE))):
+                    (401, "invalid_token", EVERY_SCOPE),
+                ),
+            ):
                 assert (status, challenge(headers), scope_of(headers)) == wanted, text
                 assert metadata_of(headers) == METADATA
                 assert "Charged" not in text  # the recorded result is not disclosed
@@ -203,11 +235,16 @@ def forgers(issuer, tmp_path_factory):
     folder = tmp_path_factory.mktemp("keys")
     trusted = Issuer("--key", str(folder / "trusted.json"))
     with ThreadPoolExecutor(3) as pool:
-        others = list(pool.map(lambda args: Issuer(*args), [
-            ("--key", str(folder / "trusted.json")),  # another issuer with the same key: only `iss` differs
-            ("--key", str(folder / "trusted.json"), "--issuer", trusted.url, "--lifetime", "1"),  # short-lived
-            ("--key", str(folder / "other.json"), "--issuer", trusted.url),  # the trusted name, another key
-        ]))
+        others = list(
+            pool.map(
+                lambda args: Issuer(*args),
+                [
+                    ("--key", str(folder / "trusted.json")),  # another issuer with the same key: only `iss` differs
+                    ("--key", str(folder / "trusted.json"), "--issuer", trusted.url, "--lifetime", "1"),  # short-lived
+                    ("--key", str(folder / "other.json"), "--issuer", trusted.url),  # the trusted name, another key
+                ],
+            )
+        )
     yield trusted, *others
     for one in (trusted, *others):
         one.close()
@@ -230,24 +267,40 @@ def expired(forgers) -> str:
     return token
 
 
-CHARGE_CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-               "params": {"name": "charge_guarded", "arguments": {"amount": 5}}}
+CHARGE_CALL = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "tools/call",
+    "params": {"name": "charge_guarded", "arguments": {"amount": 5}},
+}
 REVISIONS = ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", None]  # None: no header, read as 2025-03-26
 
 BAD_TOKENS = [  # (how the bad request is made, what the server logs about the token, or None if it never saw one)
     pytest.param(lambda f: ({}, ""), None, id="no-token"),
     pytest.param(lambda f: (bearer("not-a-token"), ""), "DecodeError", id="malformed"),
-    pytest.param(lambda f: (bearer(with_signature_of(f[0].token("alice"), f[0].token("bob"))), ""),
-                 "BadSignatureError", id="wrong-signature"),
-    pytest.param(lambda f: (bearer(f[0].token("alice", resource="http://elsewhere.test/mcp")), ""),
-                 "InvalidClaimError: invalid_claim: Invalid claim: 'aud'", id="other-audience"),
-    pytest.param(lambda f: (bearer(f[1].token("alice")), ""), "InvalidClaimError: invalid_claim: Invalid claim: 'iss'",
-                 id="other-issuer"),
+    pytest.param(
+        lambda f: (bearer(with_signature_of(f[0].token("alice"), f[0].token("bob"))), ""),
+        "BadSignatureError",
+        id="wrong-signature",
+    ),
+    pytest.param(
+        lambda f: (bearer(f[0].token("alice", resource="http://elsewhere.test/mcp")), ""),
+        "InvalidClaimError: invalid_claim: Invalid claim: 'aud'",
+        id="other-audience",
+    ),
+    pytest.param(
+        lambda f: (bearer(f[1].token("alice")), ""),
+        "InvalidClaimError: invalid_claim: Invalid claim: 'iss'",
+        id="other-issuer",
+    ),
     pytest.param(lambda f: (bearer(expired(f)), ""), "ExpiredTokenError", id="expired"),
     pytest.param(lambda f: (bearer(f[3].token("alice")), ""), "InvalidKeyIdError", id="unknown-kid"),
     pytest.param(lambda f: (bearer(unsigned(f[0].token("alice"))), ""), "UnsupportedAlgorithmError", id="alg-none"),
-    pytest.param(lambda f: (bearer(hs256_with_public_key(f[0], f[0].token("alice"))), ""),
-                 "UnsupportedAlgorithmError", id="hs256-signed-with-the-public-key"),
+    pytest.param(
+        lambda f: (bearer(hs256_with_public_key(f[0], f[0].token("alice"))), ""),
+        "UnsupportedAlgorithmError",
+        id="hs256-signed-with-the-public-key",
+    ),
     pytest.param(lambda f: ({}, f"?access_token={f[0].token('alice')}"), None, id="token-in-the-query-string"),
 ]
 
@@ -257,8 +310,14 @@ def test_bad_token_gets_401_and_nothing_runs_or_is_recorded(guarded, forgers, ba
     key = f"bad-{request.node.callspec.id}"
     before = guarded.ledger()
     headers, query = bad(forgers)
-    call = guarded.frame({"jsonrpc": "2.0", "id": "bad", "method": "tools/call",
-                          "params": {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": key}})
+    call = guarded.frame(
+        {
+            "jsonrpc": "2.0",
+            "id": "bad",
+            "method": "tools/call",
+            "params": {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": key},
+        }
+    )
     sent = {name: value for name, value in guarded.headers(call).items() if name != "Authorization"}
     log_before = len(guarded.log())
 
@@ -281,18 +340,29 @@ SPOILED_BY_A_READER = [  # (MCP-Protocol-Version header or None, the body as sen
     # No revision takes a batch, so the gate need not look inside one: the SDK refuses it whole.
     *[pytest.param(version, json.dumps([CHARGE_CALL]).encode(), 400, id=f"{version}-batch") for version in REVISIONS],
     # A member given twice: the gate reads it with the SDK's own parser, so both read the last.
-    pytest.param("2026-07-28", json.dumps(CHARGE_CALL).replace('"name": "charge_guarded"', '"name": "get_balance", '
-                                                               '"name": "charge_guarded"').encode(), 403, id="name-twice"),
+    pytest.param(
+        "2026-07-28",
+        json.dumps(CHARGE_CALL)
+        .replace('"name": "charge_guarded"', '"name": "get_balance", "name": "charge_guarded"')
+        .encode(),
+        403,
+        id="name-twice",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("version", "body", "status"), SPOILED_BY_A_READER)
-def test_token_without_the_tools_scope_charges_nothing_on_any_revision_or_spelling(guarded, forgers, version, body,
-                                                                                   status):
+def test_token_without_the_tools_scope_charges_nothing_on_any_revision_or_spelling(
+    guarded, forgers, version, body, status
+):
     """The scope is read from the body as the SDK reads it: every revision, a batch, a member given twice."""
     before = guarded.ledger()
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-               **({} if version is None else {"MCP-Protocol-Version": version}), **bearer(forgers[0].token("alice", READ))}
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        **({} if version is None else {"MCP-Protocol-Version": version}),
+        **bearer(forgers[0].token("alice", READ)),
+    }
 
     answered, _, text = guarded.post(body, headers)
 
@@ -369,8 +439,18 @@ def test_server_without_authorisation_says_at_start_that_it_serves_one_tenant(wi
 
 
 def test_non_loopback_address_without_authorisation_is_refused_unless_asked_for_on_purpose():
-    command = [sdk2_python(), *SDK2_SERVER, "--transport", "http", "--host", "0.0.0.0",
-               "--port", str(free_port()), "--store", "memory"]
+    command = [
+        sdk2_python(),
+        *SDK2_SERVER,
+        "--transport",
+        "http",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(free_port()),
+        "--store",
+        "memory",
+    ]
 
     refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
 

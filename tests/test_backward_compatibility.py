@@ -1,6 +1,7 @@
 """Issue 25 item 5: a keyed call sent to servers WITHOUT the feature (plain mcp 2.x MCPServer, plain mcp 1.x
 FastMCP) and to a STRICT one (unknown params members refused), through each client here: the 2.x SDK with
-KeyedCall, retry/policy.py, the kit's raw JSON-RPC, and the TypeScript SDK's (1.x) client. docs/backward-compatibility.md tabulates it.
+KeyedCall, retry/policy.py, the kit's raw JSON-RPC, and the TypeScript SDK's (1.x) client.
+docs/backward-compatibility.md tabulates it.
 
 What is pinned: a server without the feature drops the key silently and runs the call every time (so a
 retry charges twice), a strict one refuses it with -32602 and runs nothing; none declares the capability,
@@ -11,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from kit_targets import kit
 from wire import ROOT, sdk2_python
 
@@ -25,8 +25,13 @@ WITHOUT_THE_FEATURE = ["plain-2x", "plain-1x"]
 
 def sdk2_clients(server: str) -> dict:
     """The 2.x SDK's KeyedCall and retry/policy.py against `server` (tests/compat_client.py's report)."""
-    ran = subprocess.run([sdk2_python(), str(ROOT / "tests/compat_client.py"), "--", *SERVERS[server]()],
-                         capture_output=True, text=True, timeout=90, cwd=ROOT)
+    ran = subprocess.run(
+        [sdk2_python(), str(ROOT / "tests/compat_client.py"), "--", *SERVERS[server]()],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=ROOT,
+    )
     assert ran.returncode == 0, ran.stderr[-2000:]
     return json.loads(ran.stdout.splitlines()[-1])
 
@@ -42,8 +47,12 @@ def raw_client(server: str) -> dict:
         charges = kit.count_in(count["result"], "charges")
     finally:
         connection.close()
-    return {"revision": opening["revision"], "capability": (opening["capabilities"].get("tools") or {}).get(
-        "idempotency"), "answers": answers, "charges": charges}
+    return {
+        "revision": opening["revision"],
+        "capability": (opening["capabilities"].get("tools") or {}).get("idempotency"),
+        "answers": answers,
+        "charges": charges,
+    }
 
 
 @pytest.mark.parametrize("server", WITHOUT_THE_FEATURE)
@@ -67,8 +76,9 @@ def test_a_strict_server_refuses_the_keyed_call_with_invalid_params_through_each
     assert report["capability"] is None
     for client in ("KeyedCall", "policy"):  # the policy does not retry it: -32602 without data.type is an answer
         assert report[client]["charges"] == 0, report
-        assert [(answer.get("raised"), answer.get("code")) for answer in report[client]["answers"]] == \
-            [("MCPError", -32602)] * 2, report
+        assert [(answer.get("raised"), answer.get("code")) for answer in report[client]["answers"]] == [
+            ("MCPError", -32602)
+        ] * 2, report
 
 
 def test_a_strict_server_refuses_the_keyed_call_sent_as_raw_json_rpc():
@@ -85,8 +95,13 @@ def typescript_client(server: str) -> dict:
     """The TypeScript SDK's 1.x Client (tests/interop/ts_compat_client.mjs), installed as run.sh installs it."""
     if not (INTEROP / "node_modules").is_dir():
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=INTEROP, check=True, timeout=300)
-    ran = subprocess.run(["node", str(INTEROP / "ts_compat_client.mjs"), *SERVERS[server]()],
-                         capture_output=True, text=True, timeout=90, cwd=ROOT)
+    ran = subprocess.run(
+        ["node", str(INTEROP / "ts_compat_client.mjs"), *SERVERS[server]()],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=ROOT,
+    )
     assert ran.returncode == 0, ran.stderr[-2000:]
     return json.loads(ran.stdout.splitlines()[-1])
 

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from wire import ROOT
 
 # Two minutes or so for the two (some thirty servers and an issuer start): in the slow set.
@@ -14,21 +13,44 @@ pytestmark = [pytest.mark.targets("1x-stdio", "2x-stdio", "2x-http"), pytest.mar
 
 BENCH = ROOT / "benchmarks" / "bench.py"
 # Counts that take the harness through every section in well under a minute.
-TINY = ["--calls", "5", "--repeats", "2", "--records", "20", "--in-flight", "10", "--clients", "2",
-        "--scale-calls", "8"]
-SECTIONS = ["## 1a. Round trip per target", "## 1b. Round trip per target", "## 2a. Fingerprint cost",
-            "## 2b. The fingerprint's digest alone", "## 3. Memory", "## 4. Concurrency", "## 5a. Stores: round trip",
-            "## 5b. Stores: round trips of one call of each kind, counted",
-            "## 5c. Shared stores: bytes per stored record", "## 5d. Shared stores: 4 instances",
-            "## 6a. Authorisation: round trip", "## 6b. Authorisation: keyed over unkeyed", "## 7. Tuning choices"]
+TINY = [
+    "--calls",
+    "5",
+    "--repeats",
+    "2",
+    "--records",
+    "20",
+    "--in-flight",
+    "10",
+    "--clients",
+    "2",
+    "--scale-calls",
+    "8",
+]
+SECTIONS = [
+    "## 1a. Round trip per target",
+    "## 1b. Round trip per target",
+    "## 2a. Fingerprint cost",
+    "## 2b. The fingerprint's digest alone",
+    "## 3. Memory",
+    "## 4. Concurrency",
+    "## 5a. Stores: round trip",
+    "## 5b. Stores: round trips of one call of each kind, counted",
+    "## 5c. Shared stores: bytes per stored record",
+    "## 5d. Shared stores: 4 instances",
+    "## 6a. Authorisation: round trip",
+    "## 6b. Authorisation: keyed over unkeyed",
+    "## 7. Tuning choices",
+]
 POSTGRES = os.environ.get("SEP3182_POSTGRES")
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:
     """Run bench.py with the tiny counts and `args`, tests/ and the project on PYTHONPATH as it asks; it must exit 0."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
-    run = subprocess.run([sys.executable, str(BENCH), *TINY, *args], capture_output=True, text=True, timeout=290,
-                         env=environment)
+    run = subprocess.run(
+        [sys.executable, str(BENCH), *TINY, *args], capture_output=True, text=True, timeout=290, env=environment
+    )
     assert run.returncode == 0, run.stderr
     return run
 

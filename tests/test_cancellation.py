@@ -8,7 +8,6 @@ that, by hand, to a server that is still charging.
 import time
 
 import pytest
-
 from wire import IN_PROGRESS, error_type, text_of
 
 KEY = "order-1"

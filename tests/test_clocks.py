@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from wire import IN_PROGRESS, REPLY_TIMEOUT, error_type, start, text_of
 
 pytestmark = pytest.mark.targets("2x-http")
@@ -66,7 +65,8 @@ def skewed(monkeypatch):
 
 
 def test_postgres_instance_two_hours_ahead_neither_takes_over_a_running_call_nor_forgets_its_record(
-        postgres_url, skewed):
+    postgres_url, skewed
+):
     """Read on the instances' clocks, B would find A's lease (30 s) and window (10 min) two hours gone."""
     a = skewed(-HOUR, "--store", postgres_url, "--lease", "30", "--retention", "600", "--charge-delay", "2")
     b = skewed(+HOUR, "--store", postgres_url, "--lease", "30", "--retention", "600")
@@ -83,7 +83,8 @@ def test_postgres_instance_two_hours_ahead_neither_takes_over_a_running_call_nor
 @pytest.mark.slow
 @pytest.mark.parametrize(("a_offset", "b_offset"), SKEWS)
 def test_postgres_lease_of_a_killed_call_lasts_its_length_in_real_time_whatever_the_instances_clocks(
-        postgres_url, skewed, a_offset, b_offset):
+    postgres_url, skewed, a_offset, b_offset
+):
     a = skewed(a_offset, "--store", postgres_url, "--lease", str(LEASE), SEP3182_KILL_AT="after-charge")
     b = skewed(b_offset, "--store", postgres_url, "--lease", str(LEASE))
 
@@ -115,7 +116,8 @@ def test_postgres_lease_of_a_killed_call_lasts_its_length_in_real_time_whatever_
 @pytest.mark.slow
 @pytest.mark.parametrize(("a_offset", "b_offset"), SKEWS)
 def test_postgres_key_recorded_on_one_instance_replays_on_another_for_the_retention_window_in_real_time(
-        postgres_url, skewed, a_offset, b_offset):
+    postgres_url, skewed, a_offset, b_offset
+):
     a = skewed(a_offset, "--store", postgres_url, "--retention", str(RETENTION))
     b = skewed(b_offset, "--store", postgres_url, "--retention", str(RETENTION))
 
@@ -143,8 +145,7 @@ def sqlite_store(tmp_path) -> str:
 
 
 @pytest.mark.slow
-def test_sqlite_instance_an_hour_ahead_takes_over_a_running_call_at_once_yet_fencing_charges_once(
-        sqlite_store, skewed):
+def test_sqlite_instance_an_hour_ahead_takes_over_a_running_call_at_once_yet_fencing_charges_once(sqlite_store, skewed):
     a = skewed(-HOUR, "--store", sqlite_store, "--charge-delay", "2")  # the default lease: 30 s
     b = skewed(+HOUR, "--store", sqlite_store)
 
@@ -175,8 +176,7 @@ def test_sqlite_instance_an_hour_behind_keeps_a_dead_calls_key_in_progress_past_
 
 
 @pytest.mark.slow
-def test_sqlite_instance_an_hour_ahead_forgets_a_key_recorded_by_one_behind_inside_its_window(
-        sqlite_store, skewed):
+def test_sqlite_instance_an_hour_ahead_forgets_a_key_recorded_by_one_behind_inside_its_window(sqlite_store, skewed):
     a = skewed(-HOUR, "--store", sqlite_store, "--retention", str(HOUR))
     b = skewed(+HOUR, "--store", sqlite_store, "--retention", str(HOUR))
 

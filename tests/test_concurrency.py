@@ -6,7 +6,6 @@ others arrive.
 """
 
 import pytest
-
 from wire import CONFLICT, IN_PROGRESS, error_type, text_of
 
 CALLS = 50
@@ -56,8 +55,10 @@ def test_conflict_is_rejected_while_original_runs(slow_server):
 
 def test_different_keys_sent_at_once_each_execute_once(slow_server):
     """Keys are independent: 50 distinct keys in flight together give 50 charges."""
-    ids = {amount: slow_server.send_call("charge_guarded", {"amount": amount}, key=f"order-{amount}")
-           for amount in range(1, CALLS + 1)}
+    ids = {
+        amount: slow_server.send_call("charge_guarded", {"amount": amount}, key=f"order-{amount}")
+        for amount in range(1, CALLS + 1)
+    }
 
     for amount, request_id in ids.items():
         # The balance in each text depends on the order they finish in; the amount does not.

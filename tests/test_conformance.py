@@ -14,10 +14,15 @@ TABLE = (HERE / "CONFORMANCE.md").read_text(encoding="utf-8")
 
 # The rows of the SEP summary (section A) and the positions (sections B, B.2, B.3, and B.4 as built).
 ROW_IDS = (
-    [f"W{n}" for n in range(1, 9)] + [f"C{n}" for n in range(1, 7)]
+    [f"W{n}" for n in range(1, 9)]
+    + [f"C{n}" for n in range(1, 7)]
     + ["S0", "S1", "S1a", "S2", "S2a", "S2b", "S3", "S3a", "S3b", "S4", "S5", "S6"]
-    + [f"E{n}" for n in range(1, 9)] + [f"R{n}" for n in range(1, 8)] + [f"K{n}" for n in range(1, 5)]
-    + [f"L{n}" for n in range(1, 8)] + ["A1"] + [f"P{n}" for n in range(1, 24)]
+    + [f"E{n}" for n in range(1, 9)]
+    + [f"R{n}" for n in range(1, 8)]
+    + [f"K{n}" for n in range(1, 5)]
+    + [f"L{n}" for n in range(1, 8)]
+    + ["A1"]
+    + [f"P{n}" for n in range(1, 24)]
     + ["P5'", "P6'", "P8'", "P10'", "P10''", "P11'", "P12'"]
 )
 TEST_REFERENCE = re.compile(r"`(test_\w+\.py)::(test_\w+)`")
@@ -37,14 +42,32 @@ def table_rows() -> dict[str, list[str]]:
 def functions_defined_in(file_name: str) -> set[str]:
     """The names of the test functions defined in one test file."""
     tree = ast.parse((HERE / file_name).read_text(encoding="utf-8"))
-    return {node.name for node in ast.walk(tree)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")}
+    return {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")
+    }
 
 
 def collected_targets() -> dict[str, set[str]]:
     """`file.py::test_name` -> the targets pytest collects it for (conftest's --print-targets)."""
-    listing = subprocess.run([sys.executable, "-m", "pytest", str(HERE), "--collect-only", "-q", "--print-targets",
-                              "-p", "no:cacheprovider"], cwd=HERE, capture_output=True, text=True, timeout=120)
+    listing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(HERE),
+            "--collect-only",
+            "-q",
+            "--print-targets",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     targets = defaultdict(set)
     for line in listing.stdout.splitlines():
         if line.startswith("targets "):
@@ -62,8 +85,12 @@ def test_every_sep_row_and_position_has_a_row():
 def test_every_row_names_a_test_or_a_reason(row_id):
     line = " | ".join(table_rows()[row_id])
     # A test that pins it, or a reason: nothing a test could catch, not shown and why, or a position.
-    assert (TEST_REFERENCE.search(line) or "**Not demonstrated**" in line or "**Nothing to test**" in line
-            or re.search(r"\bP\d+ below\b", line))
+    assert (
+        TEST_REFERENCE.search(line)
+        or "**Not demonstrated**" in line
+        or "**Nothing to test**" in line
+        or re.search(r"\bP\d+ below\b", line)
+    )
 
 
 @pytest.mark.parametrize(("file_name", "test_name"), sorted(set(TEST_REFERENCE.findall(TABLE))))

@@ -32,7 +32,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from stores import audit, decisions, read_store
 from wire import IN_PROGRESS, REPLY_TIMEOUT, error_type, start, start_together, text_of
 
@@ -47,8 +46,12 @@ LEASE = 2.0  # seconds: short, so takeovers come quickly
 STARTING_AT_ONCE = 3  # victims starting together: a start is ~1 s of CPU, and the machine has 2 cores
 
 # What a retry on the survivor answers right after the kill, while the lease holds.
-AT_ONCE = {"before-claim-commit": "executed", "after-claim": "in progress",
-           "after-charge": "in progress", "after-commit": "replayed"}
+AT_ONCE = {
+    "before-claim-commit": "executed",
+    "after-claim": "in progress",
+    "after-charge": "in progress",
+    "after-commit": "replayed",
+}
 
 
 def with_faults(monkeypatch, **variables: str) -> None:
@@ -137,7 +140,7 @@ def test_instance_killed_at_each_phase_of_a_keyed_call_leaves_one_charge_per_key
     try:
         began = time.monotonic()
         keys = list(amounts)
-        for batch in [keys[i:i + STARTING_AT_ONCE] for i in range(0, len(keys), STARTING_AT_ONCE)]:
+        for batch in [keys[i : i + STARTING_AT_ONCE] for i in range(0, len(keys), STARTING_AT_ONCE)]:
             # A batch of victims starts together, to save start-up time (about a second
             # each); then each makes its one call and dies.
             victims = start_together("2x-http", *[server_args] * len(batch))
@@ -161,9 +164,12 @@ def test_instance_killed_at_each_phase_of_a_keyed_call_leaves_one_charge_per_key
 
     ledger = read_store(store_url)[0]
     assert ledger == {"balance": sum(amounts.values()), "charges": len(amounts)}
-    report(capsys, f"{store_url.split(':')[0]}, {phase}] {len(deaths)} kills in {killing:.1f} s; "
-                   f"retry at once: {dict(Counter(first.values()))}; after the lease: {dict(outcomes)}; "
-                   f"ledger: {ledger['charges']} charges, balance {ledger['balance']}, each recorded once")
+    report(
+        capsys,
+        f"{store_url.split(':')[0]}, {phase}] {len(deaths)} kills in {killing:.1f} s; "
+        f"retry at once: {dict(Counter(first.values()))}; after the lease: {dict(outcomes)}; "
+        f"ledger: {ledger['charges']} charges, balance {ledger['balance']}, each recorded once",
+    )
 
 
 @pytest.mark.slow
@@ -191,8 +197,9 @@ def test_instance_killed_at_a_random_moment_of_a_stream_of_slow_calls_leaves_one
                 # Where each call was when the process died, as far as its log tells.
                 seen = decisions(victim)
                 for key in sent:
-                    caught["recorded" if seen["recorded", key] else
-                           "claimed" if seen["claimed", key] else "not claimed"] += 1
+                    caught[
+                        "recorded" if seen["recorded", key] else "claimed" if seen["claimed", key] else "not claimed"
+                    ] += 1
             finally:
                 victim.close()
             audit(store_url)  # P17 holds in whatever state the kill left
@@ -212,6 +219,9 @@ def test_instance_killed_at_a_random_moment_of_a_stream_of_slow_calls_leaves_one
     assert not running
     assert {key: amount for key, (amount, _) in completed.items()} == amounts
     assert read_store(store_url)[0] == {"balance": sum(amounts.values()), "charges": len(amounts)}
-    report(capsys, f"{store_url.split(':')[0]}, random] {RANDOM_KILLS} kills; {len(amounts)} keys, at the kill: "
-                   f"{dict(caught)}; after the lease: {dict(outcomes)}; "
-                   f"ledger: {len(amounts)} charges, each recorded once")
+    report(
+        capsys,
+        f"{store_url.split(':')[0]}, random] {RANDOM_KILLS} kills; {len(amounts)} keys, at the kill: "
+        f"{dict(caught)}; after the lease: {dict(outcomes)}; "
+        f"ledger: {len(amounts)} charges, each recorded once",
+    )

@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from wire import ROOT
 
 pytestmark = pytest.mark.targets("1x-stdio")
@@ -48,9 +47,12 @@ def play(*options: str, server: str | None = None) -> subprocess.CompletedProces
     """Run client_demo.py, against server.py or against a stand-in written from `server`."""
     command = [sys.executable, str(DEMO), *options]
     if server is not None:
-        command = [sys.executable, "-c",
-                   f"import client_demo, pathlib; client_demo.SERVER = pathlib.Path({server!r}); client_demo.main()",
-                   *options]
+        command = [
+            sys.executable,
+            "-c",
+            f"import client_demo, pathlib; client_demo.SERVER = pathlib.Path({server!r}); client_demo.main()",
+            *options,
+        ]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
@@ -77,16 +79,21 @@ def test_default_run_plays_the_three_scenarios_and_each_passes():
     assert run.returncode == 0, run.stdout + run.stderr
     assert verdicts(run.stdout) == ["PASS"] * 3
     # The baseline without a key is a failure shown, not a SEP requirement met: the tally says so.
-    assert ("3 scenarios: without a key the retry charged twice, as it must; with SEP-3182, 2 of 2 behaved as it "
-            "requires.") in run.stdout
+    assert (
+        "3 scenarios: without a key the retry charged twice, as it must; with SEP-3182, 2 of 2 behaved as it requires."
+    ) in run.stdout
 
 
 def test_all_adds_four_scenarios_and_each_passes():
     run = play("--all")
     assert run.returncode == 0, run.stdout + run.stderr
     assert verdicts(run.stdout) == ["PASS"] * 7
-    for heading in ("4. A duplicate while the original is still running", "5. A tool slower than the client's timeout",
-                    "6. No key to charge_guarded", "7. A key reused after its retention window"):
+    for heading in (
+        "4. A duplicate while the original is still running",
+        "5. A tool slower than the client's timeout",
+        "6. No key to charge_guarded",
+        "7. A key reused after its retention window",
+    ):
         assert heading in run.stdout
     assert "7 scenarios: without a key the retry charged twice, as it must; with SEP-3182, 6 of 6" in run.stdout
 
@@ -94,17 +101,28 @@ def test_all_adds_four_scenarios_and_each_passes():
 def test_walkthrough_prints_the_duplicate_after_the_original_claimed_the_key():
     """Scenario 4, in the order things happened: claim, duplicate sent, in progress, rejected, then recorded."""
     lines = scenario(play("--all").stdout, 4)
-    order = [next(index for index, line in enumerate(lines) if line.startswith(start))
-             for start in ("server claimed:", "client sends the same call again", "server in progress:",
-                           "client ← error", "server recorded:", "server replayed:")]
+    order = [
+        next(index for index, line in enumerate(lines) if line.startswith(start))
+        for start in (
+            "server claimed:",
+            "client sends the same call again",
+            "server in progress:",
+            "client ← error",
+            "server recorded:",
+            "server replayed:",
+        )
+    ]
     assert order == sorted(order), "\n".join(lines)
 
 
 def test_slow_tool_is_retried_with_back_off_until_its_replay():
     """Scenario 5: time out, in progress and back off (at least once), then the replay; one charge."""
     lines = scenario(play("--all").stdout, 5)
-    decisions = [line.split(":")[0].removeprefix("server ") for line in lines
-                 if line.startswith("server ") and not line.startswith("server serving")]
+    decisions = [
+        line.split(":")[0].removeprefix("server ")
+        for line in lines
+        if line.startswith("server ") and not line.startswith("server serving")
+    ]
     assert decisions[0] == "claimed" and decisions[-1] == "replayed"
     assert "in progress" in decisions and decisions.count("claimed") == 1
     assert any("no response within" in line for line in lines) and any("backing off" in line for line in lines)

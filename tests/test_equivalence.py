@@ -21,7 +21,6 @@ import json
 import uuid
 
 import pytest
-
 from kit_targets import TYPESCRIPT, typescript_built
 from wire import CONFLICT, LegacyStdioWire, Wire, text_of
 
@@ -63,20 +62,35 @@ def first_then_retry(wire: Wire, first: str, retry: str) -> tuple[dict, dict, st
 # state it. Outcome per SDK: (on 1.x, on 2.x).
 PARSER_LIMITS = [
     # 9007199254740993.0 is 2^53 + 1, but its double is 2^53: replayed as if equal.
-    pytest.param(charge('{"amount":100,"note":9007199254740993.0}'),
-                 charge('{"amount":100,"note":9007199254740992}'), ("replay", "replay"),
-                 id="2^53+1_as_float_replays_2^53"),
+    pytest.param(
+        charge('{"amount":100,"note":9007199254740993.0}'),
+        charge('{"amount":100,"note":9007199254740992}'),
+        ("replay", "replay"),
+        id="2^53+1_as_float_replays_2^53",
+    ),
     # The same value written as an integer stays exact, so the two spellings differ.
-    pytest.param(charge('{"amount":100,"note":9007199254740993.0}'),
-                 charge('{"amount":100,"note":9007199254740993}'), ("conflict", "conflict"),
-                 id="2^53+1_as_float_conflicts_as_integer"),
+    pytest.param(
+        charge('{"amount":100,"note":9007199254740993.0}'),
+        charge('{"amount":100,"note":9007199254740993}'),
+        ("conflict", "conflict"),
+        id="2^53+1_as_float_conflicts_as_integer",
+    ),
     # Two different numbers past a double's range are the same infinity (or null).
-    pytest.param(charge('{"amount":100,"note":1e400}'), charge('{"amount":100,"note":1e401}'), ("replay", "replay"),
-                 id="1e400_replays_1e401"),
+    pytest.param(
+        charge('{"amount":100,"note":1e400}'),
+        charge('{"amount":100,"note":1e401}'),
+        ("replay", "replay"),
+        id="1e400_replays_1e401",
+    ),
     # On 1.x the infinity arrives as null; 2.x keeps it apart from null.
-    pytest.param(charge('{"amount":100,"note":1e400}'), charge('{"amount":100,"note":null}'), ("replay", "conflict"),
-                 id="1e400_vs_null"),
+    pytest.param(
+        charge('{"amount":100,"note":1e400}'),
+        charge('{"amount":100,"note":null}'),
+        ("replay", "conflict"),
+        id="1e400_vs_null",
+    ),
 ]
+
 
 @pytest.mark.parametrize(("first", "retry", "outcomes"), PARSER_LIMITS)
 def test_fraction_and_exponent_forms_compare_as_the_doubles_they_parse_to(shared_wire, first, retry, outcomes):
@@ -99,8 +113,9 @@ BEYOND_DOUBLES = [
 
 @pytest.mark.parametrize(("first", "retry", "outcome"), BEYOND_DOUBLES)
 def test_integers_beyond_2_53_compare_exactly(shared_wire, first, retry, outcome):
-    original, answer, _ = first_then_retry(shared_wire, charge(f'{{"amount":100,"note":{first}}}'),
-                                           charge(f'{{"amount":100,"note":{retry}}}'))
+    original, answer, _ = first_then_retry(
+        shared_wire, charge(f'{{"amount":100,"note":{first}}}'), charge(f'{{"amount":100,"note":{retry}}}')
+    )
 
     if outcome == "replay":
         assert answer.get("result") == original["result"]
@@ -144,9 +159,15 @@ def ts_wire():
 UNSAFE_INTEGER = "arguments hold an integer beyond 2^53, which this server cannot compare exactly"
 
 
-@pytest.mark.parametrize("arguments", ['{"amount":100,"note":9007199254740993}', '{"amount":9007199254740992}',
-                                       '{"amount":100,"note":{"deep":[1,9007199254740993.0]}}'],
-                         ids=["2^53+1_in_a_note", "2^53_as_the_amount", "2^53_as_a_whole_float_deep_inside"])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"amount":100,"note":9007199254740993}',
+        '{"amount":9007199254740992}',
+        '{"amount":100,"note":{"deep":[1,9007199254740993.0]}}',
+    ],
+    ids=["2^53+1_in_a_note", "2^53_as_the_amount", "2^53_as_a_whole_float_deep_inside"],
+)
 def test_typescript_server_refuses_a_keyed_call_holding_an_integer_beyond_2_53(ts_wire, arguments):
     ts_wire.send_spelled("refused", "tools/call", f'{charge(arguments)},"idempotencyKey":"order-1"')
     refused = ts_wire.reply("refused")

@@ -29,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from replica import Cluster, query, replica_sh
 from stores import CHARGED, decisions
 from wire import IN_PROGRESS, ROOT, error_type, start, text_of
@@ -261,8 +260,10 @@ def check_one_charge_per_key(ledger: dict, records: dict, keys: set) -> None:
     steps as the ledger counts. A lost charge, or a second one for a key, would break the chain."""
     charges = completed(records, "charge")
     assert set(charges) == keys, f"keys with no completed charge: {sorted(keys - set(charges))[:5]}"
-    shown = {key: tuple(map(int, CHARGED.fullmatch(json.loads(outcome)["result"]["content"][0]["text"]).groups()))
-             for key, outcome in charges.items()}
+    shown = {
+        key: tuple(map(int, CHARGED.fullmatch(json.loads(outcome)["result"]["content"][0]["text"]).groups()))
+        for key, outcome in charges.items()
+    }
     balance = 0
     for key, (amount, after) in sorted(shown.items(), key=lambda item: item[1][1]):
         assert amount == int(key.split("-")[1]) + 1 and after == balance + amount, f"{key}: a charge with no record"
@@ -277,8 +278,10 @@ def retry_every_key(ledgers: list, outbox) -> dict:
 
     def again(i: int) -> list[tuple[str, dict]]:
         answers = []
-        for key, call in ((f"charge-{i}", lambda: ledgers[i % len(ledgers)].charge(i + 1, key=f"charge-{i}")),
-                          (f"mail-{i}", lambda: outbox.call("send_email", e_mail(i), key=f"mail-{i}"))):
+        for key, call in (
+            (f"charge-{i}", lambda: ledgers[i % len(ledgers)].charge(i + 1, key=f"charge-{i}")),
+            (f"mail-{i}", lambda: outbox.call("send_email", e_mail(i), key=f"mail-{i}")),
+        ):
             with mail_lock if key.startswith("mail") else contextlib.nullcontext():
                 reply = call()
                 if error_type(reply) == IN_PROGRESS:  # a claim from before the crash, its lease not yet over
@@ -297,8 +300,9 @@ def servers(ledger_url: str, outbox_url: str):
     """Two ledger instances (HTTP) and one outbox (stdio) on the given stores, stopped at the end."""
     with ThreadPoolExecutor(3) as pool:
         starting = [pool.submit(start, "2x-http", "--store", ledger_url, "--lease", str(LEASE)) for _ in range(2)]
-        starting.append(pool.submit(start, "2x-stdio", "--store", outbox_url, "--lease", str(LEASE),
-                                    server=MAIL_SERVER))
+        starting.append(
+            pool.submit(start, "2x-stdio", "--store", outbox_url, "--lease", str(LEASE), server=MAIL_SERVER)
+        )
     started = [future.result() for future in starting if future.exception() is None]
     try:
         failed = [future.exception() for future in starting if future.exception() is not None]
@@ -371,8 +375,10 @@ def test_after_a_failover_every_key_charges_once_and_only_an_outside_effect_can_
         seen = decisions(*ledgers, outbox)
     after = ground_truth(ledger_db)
     old = replica_sh("restart-old", cluster.folder, cluster.old_port).strip()  # what the dead primary had committed
-    on_primary = {"charge": ground_truth(cluster.database(old, "postgres")),
-                  "mail": ground_truth(cluster.database(old, "outbox"))}
+    on_primary = {
+        "charge": ground_truth(cluster.database(old, "postgres")),
+        "mail": ground_truth(cluster.database(old, "outbox")),
+    }
 
     figures, re_runs = {}, {}
     for kind in ("charge", "mail"):
@@ -387,12 +393,14 @@ def test_after_a_failover_every_key_charges_once_and_only_an_outside_effect_can_
         assert re_run == {key for key in retried if key.startswith(kind)} - set(kept)
         for key in acknowledged & set(kept):  # a kept record replays what its client was answered
             assert retried[key]["result"] == load.acknowledged[key]["result"], key
-        figures[kind] = {"answered": len(acknowledged), "completed on the primary": len(committed),
-                         "completed and lost": len(set(committed) - set(kept)),
-                         "answered and lost": len(acknowledged - set(kept)),
-                         "records of any state lost": len({key for key in old_records if key.startswith(kind)}
-                                                          - set(records)),
-                         "re-run": len(re_run)}
+        figures[kind] = {
+            "answered": len(acknowledged),
+            "completed on the primary": len(committed),
+            "completed and lost": len(set(committed) - set(kept)),
+            "answered and lost": len(acknowledged - set(kept)),
+            "records of any state lost": len({key for key in old_records if key.startswith(kind)} - set(records)),
+            "re-run": len(re_run),
+        }
     check_one_charge_per_key(*after, {f"charge-{i}" for i in range(KEYS)})  # exactly one charge per key
     twice = sent_before + sent_after - KEYS  # every key's e-mail went out at least once
     answered_twice = len(re_runs["mail"] & set(load.acknowledged))  # sent, answered, and sent again
@@ -415,11 +423,16 @@ def test_after_a_failover_every_key_charges_once_and_only_an_outside_effect_can_
         assert paused["bytes unapplied"] > 0 and applied_at_promotion, "the replica was not behind in replay"
         kept = set(completed(promoted["charge"][1], "charge")) | set(completed(promoted["mail"][1], "mail"))
         assert not paused["answered before the stop"] - kept
-        figures["paused"] = {"calls answered during the pause": len(applied_at_promotion),
-                             "bytes unapplied at the stop": paused["bytes unapplied"]}
+        figures["paused"] = {
+            "calls answered during the pause": len(applied_at_promotion),
+            "bytes unapplied at the stop": paused["bytes unapplied"],
+        }
     with capsys.disabled():
-        print(f"\n[failover, {cluster.name}] {KEYS} keys, {THREADS} clients, primary stopped after "
-              f"{loaded:.1f} s of load; charges {figures['charge']}; "
-              f"e-mails {figures['mail']}; e-mails sent twice: {twice} ({answered_twice} of them answered before "
-              f"the crash); ledger after the retries: {after[0]['charges']} charges, one per key"
-              f"{''.join(f'; {name}: {value}' for name, value in figures.get('paused', {}).items())}", end="")
+        print(
+            f"\n[failover, {cluster.name}] {KEYS} keys, {THREADS} clients, primary stopped after "
+            f"{loaded:.1f} s of load; charges {figures['charge']}; "
+            f"e-mails {figures['mail']}; e-mails sent twice: {twice} ({answered_twice} of them answered before "
+            f"the crash); ledger after the retries: {after[0]['charges']} charges, one per key"
+            f"{''.join(f'; {name}: {value}' for name, value in figures.get('paused', {}).items())}",
+            end="",
+        )

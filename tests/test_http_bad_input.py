@@ -8,21 +8,26 @@ found by running mcp 2.3.0; the rows pin it, so a change in the SDK shows up her
 import json
 
 import pytest
-
 from wire import ENVELOPE, text_of
 
 KEY = "http-order-1"
-CALL = {"jsonrpc": "2.0", "id": "bad", "method": "tools/call",
-        "params": {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": KEY, "_meta": ENVELOPE}}
+CALL = {
+    "jsonrpc": "2.0",
+    "id": "bad",
+    "method": "tools/call",
+    "params": {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": KEY, "_meta": ENVELOPE},
+}
 TEN_MIB = 10 * 1024 * 1024
 
 
 def spoiled(body: bytes | None = None, drop: str | None = None, **headers: str):
     """The keyed call as `body` (default: the call itself), with one header dropped or changed."""
+
     def request(wire) -> tuple[bytes, dict]:
         sent = {name: value for name, value in wire.headers(CALL).items() if name != drop}
         sent.update({name.replace("_", "-"): value for name, value in headers.items()})
         return (json.dumps(CALL).encode() if body is None else body), sent
+
     return request
 
 
@@ -41,8 +46,12 @@ ROWS = [
     pytest.param(spoiled(Mcp_Method="tools/list"), 400, -32020, id="method-header-mismatch"),
     pytest.param(spoiled(json.dumps([CALL, CALL]).encode()), 400, -32600, id="batch"),
     pytest.param(spoiled(padded(TEN_MIB)), 413, None, id="body-10-MiB"),
-    pytest.param(spoiled(json.dumps({**CALL, "method": "tools/frobnicate"}).encode(), Mcp_Method="tools/frobnicate"),
-                 404, -32601, id="unknown-method"),
+    pytest.param(
+        spoiled(json.dumps({**CALL, "method": "tools/frobnicate"}).encode(), Mcp_Method="tools/frobnicate"),
+        404,
+        -32601,
+        id="unknown-method",
+    ),
 ]
 
 

@@ -12,7 +12,6 @@ sealed, not single-use.
 """
 
 import pytest
-
 from wire import text_of
 
 pytestmark = pytest.mark.targets("2x-stdio", "2x-http")

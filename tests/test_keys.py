@@ -7,7 +7,6 @@ the ledger before and after, so the rows cannot disturb each other.
 import json
 
 import pytest
-
 from wire import ABSENT, INVALID_KEY, Wire, error_type
 
 ONE_MIB = 1024 * 1024
@@ -22,8 +21,11 @@ def decisions(log: str) -> list[str]:
     """The idempotency layer's decisions in a stretch of server log: "claimed", "replayed", ...,
     leaving out the "no key" lines of the test's own get_balance calls."""
     # Lines look like "idempotency: replayed: key='k'"; SDK chatter has another prefix.
-    return [line.removeprefix("idempotency: ").split(":")[0] for line in log.splitlines()
-            if line.startswith("idempotency: ") and not line.endswith("tool=get_balance")]
+    return [
+        line.removeprefix("idempotency: ").split(":")[0]
+        for line in log.splitlines()
+        if line.startswith("idempotency: ") and not line.endswith("tool=get_balance")
+    ]
 
 
 # ----------------------------------------------------------------------------

@@ -7,9 +7,8 @@ import subprocess
 import sys
 import threading
 
-import pytest
-
 import kit_targets
+import pytest
 from kit_targets import kit
 from wire import ROOT, SDK2_SERVER, sdk2_python
 
@@ -17,8 +16,29 @@ REQUIREMENTS = kit.load_requirements(ROOT / "conformance" / "sep-3182.yaml")["re
 CHECK_IDS = {check.id for check in kit.CHECKS}
 
 # Every row of W, S, E, R, K, C and L whose strength in the SEP summary has a MUST, MUST NOT or SHOULD.
-NORMATIVE_ROWS = ["W5", "W8", "C3", "S0", "S1", "S1a", "S2", "S3", "S3b", "E1", "E2", "E3", "E4", "E6",
-                  "R1", "R3", "R6", "K1", "K2", "K3", "L2"]
+NORMATIVE_ROWS = [
+    "W5",
+    "W8",
+    "C3",
+    "S0",
+    "S1",
+    "S1a",
+    "S2",
+    "S3",
+    "S3b",
+    "E1",
+    "E2",
+    "E3",
+    "E4",
+    "E6",
+    "R1",
+    "R3",
+    "R6",
+    "K1",
+    "K2",
+    "K3",
+    "L2",
+]
 
 
 # ----------------------------------------------------------------------------
@@ -66,14 +86,17 @@ def entries(**statuses) -> list[dict]:
     return [{"id": f"sep-3182-{name.replace('_', '-')}", "status": status} for name, status in statuses.items()]
 
 
-@pytest.mark.parametrize(("statuses", "baseline", "status"), [
-    pytest.param({"a": "FAILURE"}, {"sep-3182-a"}, 0, id="fails_and_baselined_expected"),
-    pytest.param({"a": "FAILURE"}, set(), 1, id="fails_not_baselined_regression"),
-    pytest.param({"a": "SUCCESS"}, {"sep-3182-a"}, 1, id="passes_and_baselined_stale"),
-    pytest.param({"a": "SUCCESS"}, set(), 0, id="passes_not_baselined"),
-    pytest.param({"a": "SKIPPED"}, {"sep-3182-a", "sep-3182-gone"}, 0, id="baselined_skipped_or_absent_tolerated"),
-    pytest.param({"a": "WARNING"}, set(), 0, id="a_warning_is_no_failure"),
-])
+@pytest.mark.parametrize(
+    ("statuses", "baseline", "status"),
+    [
+        pytest.param({"a": "FAILURE"}, {"sep-3182-a"}, 0, id="fails_and_baselined_expected"),
+        pytest.param({"a": "FAILURE"}, set(), 1, id="fails_not_baselined_regression"),
+        pytest.param({"a": "SUCCESS"}, {"sep-3182-a"}, 1, id="passes_and_baselined_stale"),
+        pytest.param({"a": "SUCCESS"}, set(), 0, id="passes_not_baselined"),
+        pytest.param({"a": "SKIPPED"}, {"sep-3182-a", "sep-3182-gone"}, 0, id="baselined_skipped_or_absent_tolerated"),
+        pytest.param({"a": "WARNING"}, set(), 0, id="a_warning_is_no_failure"),
+    ],
+)
 def test_exit_status_follows_the_official_rules(statuses, baseline, status):
     assert kit.exit_status(entries(**statuses), baseline)[0] == status
 
@@ -90,8 +113,13 @@ def test_baseline_is_read_in_the_official_shape(tmp_path):
 
 
 def run(*options: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "conformance" / "kit.py"), *options],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "conformance" / "kit.py"), *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
 
 
 def stdio_command(script: str | None, tmp_path) -> str:
@@ -130,7 +158,7 @@ def test_bearer_and_header_options_reach_an_http_server():
     seen = []
 
     class Refusing(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 (the standard library's name)
+        def do_POST(self):
             seen.append(dict(self.headers))
             self.send_response(401)
             self.end_headers()
@@ -141,13 +169,24 @@ def test_bearer_and_header_options_reach_an_http_server():
     listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
     threading.Thread(target=listener.serve_forever, daemon=True).start()
     try:
-        refused = run("--url", f"http://127.0.0.1:{listener.server_port}/mcp", "--bearer", "t0ken",
-                      "--header", "X-Tenant: acme", "--check", "sep-3182-capability-declared", "--timeout", "5")
+        refused = run(
+            "--url",
+            f"http://127.0.0.1:{listener.server_port}/mcp",
+            "--bearer",
+            "t0ken",
+            "--header",
+            "X-Tenant: acme",
+            "--check",
+            "sep-3182-capability-declared",
+            "--timeout",
+            "5",
+        )
     finally:
         listener.shutdown()
     assert refused.returncode == 1 and "could not open the server" in refused.stdout
-    assert seen and all(headers["Authorization"] == "Bearer t0ken" and headers["X-Tenant"] == "acme"
-                        for headers in seen)
+    assert seen and all(
+        headers["Authorization"] == "Bearer t0ken" and headers["X-Tenant"] == "acme" for headers in seen
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -157,10 +196,18 @@ def test_bearer_and_header_options_reach_an_http_server():
 # P3 (E1-E7, S3, S3b): "the same request", spelled as raw JSON text. These rows live
 # in the kit only (one body of checks); test_equivalence.py keeps what is ours alone, the
 # numbers a double cannot hold.
-EQUIVALENCE = ["sep-3182-equivalence-serialisation", "sep-3182-equivalence-numbers", "sep-3182-equivalence-strings",
-               "sep-3182-equivalence-meta-ignored", "sep-3182-equivalence-absent-arguments",
-               "sep-3182-different-requests-conflict", "sep-3182-equivalence-null-member",
-               "sep-3182-large-integers-exact", "sep-3182-conflict-error-data", "sep-3182-error-code"]
+EQUIVALENCE = [
+    "sep-3182-equivalence-serialisation",
+    "sep-3182-equivalence-numbers",
+    "sep-3182-equivalence-strings",
+    "sep-3182-equivalence-meta-ignored",
+    "sep-3182-equivalence-absent-arguments",
+    "sep-3182-different-requests-conflict",
+    "sep-3182-equivalence-null-member",
+    "sep-3182-large-integers-exact",
+    "sep-3182-conflict-error-data",
+    "sep-3182-error-code",
+]
 
 
 def test_kit_equivalence_rows_pass_on_every_target(target):
@@ -178,7 +225,6 @@ def test_kit_retention_and_bound_rows_pass_on_every_target(target):
     results, output = kit_targets.run_kit(target, rows)
     assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(rows, "SUCCESS"), output
     assert all("unshaped" not in entry["details"] for entry in results), output
-
 
 
 @pytest.mark.slow
@@ -200,12 +246,20 @@ def test_each_stand_in_falls_short_on_exactly_the_checks_of_its_broken_rule(name
 def test_authorisation_checks_without_their_credentials_are_not_run_and_the_summary_says_so(tmp_path):
     """K2 and K3 need a second principal's token and a narrowed one: without them, SKIPPED, never passed."""
     chosen = ["sep-3182-key-scoped-to-principal", "sep-3182-replay-rechecks-authorisation"]
-    ran = run("--command", stdio_command(None, tmp_path), *[o for c in chosen for o in ("--check", c)],
-              "--json", str(tmp_path / "checks.json"))
+    ran = run(
+        "--command",
+        stdio_command(None, tmp_path),
+        *[o for c in chosen for o in ("--check", c)],
+        "--json",
+        str(tmp_path / "checks.json"),
+    )
     report = json.loads((tmp_path / "checks.json").read_text())
     assert ran.returncode == 0, ran.stdout
     assert [(entry["status"], entry["details"]["credential"]) for entry in report] == [
-        ("SKIPPED", "second_bearer"), ("SKIPPED", "narrowed_bearer")]
+        ("SKIPPED", "second_bearer"),
+        ("SKIPPED", "narrowed_bearer"),
+    ]
     assert ran.stdout.splitlines()[-1] == (
         "sep-3182: 0 passed, 0 failed, 0 warnings, 2 skipped; keys across principals (K2) NOT tested "
-        "(give --second-bearer); a replay's authorisation (K3) NOT tested (give --narrowed-bearer)")
+        "(give --second-bearer); a replay's authorisation (K3) NOT tested (give --narrowed-bearer)"
+    )

@@ -8,9 +8,8 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 import kit_targets
+import pytest
 from kit_targets import kit
 from wire import ROOT, sdk2_python
 
@@ -36,32 +35,58 @@ def test_every_must_check_has_a_stand_in_that_breaks_it():
 def test_issue_25_checks_pass_on_the_2x_server_and_retryable_spoils_no_shape_check():
     """The other half of each issue-25 stand-in: the same checks pass where the rule is kept. And the checks
     of error.data's shape (P5) take data.retryable beside type and key: no WARNING, nothing unshaped."""
-    checks = [*kit_targets.ISSUE_25_CHECKS, "sep-3182-conflict-error-data", "sep-3182-in-progress-error-data",
-              "sep-3182-store-bound", "sep-3182-different-requests-conflict"]
+    checks = [
+        *kit_targets.ISSUE_25_CHECKS,
+        "sep-3182-conflict-error-data",
+        "sep-3182-in-progress-error-data",
+        "sep-3182-store-bound",
+        "sep-3182-different-requests-conflict",
+    ]
     results, output = kit_targets.run_kit("2x-stdio", checks)
     assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(checks, "SUCCESS"), output
     assert all(not entry["details"].get("unshaped") for entry in results), output
 
 
 def run(*options: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(KIT), *options, "--timeout", "20"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(KIT), *options, "--timeout", "20"], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
 
 
 def ledger(tmp_path, *server_options: str) -> str:
-    return subprocess.list2cmdline([sdk2_python(), "-m", "mcp_idempotency.demo.ledger_server",
-                                    "--store", f"sqlite:{tmp_path / 'store.db'}", *server_options])
+    return subprocess.list2cmdline(
+        [
+            sdk2_python(),
+            "-m",
+            "mcp_idempotency.demo.ledger_server",
+            "--store",
+            f"sqlite:{tmp_path / 'store.db'}",
+            *server_options,
+        ]
+    )
 
 
 def test_without_another_tool_the_tool_name_row_is_not_tested_and_the_summary_says_so(tmp_path):
     """E1's other half (another tool, same arguments) cannot run: the check is SKIPPED, never SUCCESS."""
-    ran = run("--command", ledger(tmp_path), "--other-tool", "no_such_tool",
-              "--check", "sep-3182-different-requests-conflict", "--json", str(tmp_path / "checks.json"))
+    ran = run(
+        "--command",
+        ledger(tmp_path),
+        "--other-tool",
+        "no_such_tool",
+        "--check",
+        "sep-3182-different-requests-conflict",
+        "--json",
+        str(tmp_path / "checks.json"),
+    )
     (entry,) = json.loads((tmp_path / "checks.json").read_text())
-    assert entry["status"] == "SKIPPED" and entry["errorMessage"].startswith("NOT TESTED: another tool's name"), ran.stdout
-    assert ran.stdout.splitlines()[-1] == ("sep-3182: 0 passed, 0 failed, 0 warnings, 1 skipped; another tool's name "
-                                           "under one key (E1) NOT tested (give --other-tool, a second tool taking "
-                                           "the charge tool's arguments)")
+    assert entry["status"] == "SKIPPED" and entry["errorMessage"].startswith("NOT TESTED: another tool's name"), (
+        ran.stdout
+    )
+    assert ran.stdout.splitlines()[-1] == (
+        "sep-3182: 0 passed, 0 failed, 0 warnings, 1 skipped; another tool's name "
+        "under one key (E1) NOT tested (give --other-tool, a second tool taking "
+        "the charge tool's arguments)"
+    )
 
 
 def test_a_server_without_the_fixture_tools_is_one_failure_of_the_contract_not_one_per_check(tmp_path):
@@ -77,9 +102,17 @@ def test_a_server_without_the_fixture_tools_is_one_failure_of_the_contract_not_o
 
 def test_retryable_check_says_which_rejections_it_could_not_provoke_without_the_slow_and_bounded_servers(tmp_path):
     """Conflict and invalid key are tested on the plain server; in progress and store full need their own."""
-    ran = run("--command", ledger(tmp_path),
-              "--check", "sep-3182-rejection-retryable", "--json", str(tmp_path / "checks.json"))
+    ran = run(
+        "--command",
+        ledger(tmp_path),
+        "--check",
+        "sep-3182-rejection-retryable",
+        "--json",
+        str(tmp_path / "checks.json"),
+    )
     (entry,) = json.loads((tmp_path / "checks.json").read_text())
     assert entry["status"] == "SKIPPED", ran.stdout
-    assert "data.retryable of idempotency_key_in_progress and data.retryable of idempotency_store_full NOT tested" \
+    assert (
+        "data.retryable of idempotency_key_in_progress and data.retryable of idempotency_store_full NOT tested"
         in ran.stdout.splitlines()[-1]
+    )

@@ -16,7 +16,6 @@ What the SDK answers, found by running both ends of the supported range:
 import json
 
 import pytest
-
 from wire import text_of
 
 BAD_ID = "bad"  # Wire numbers its own requests, so a string id cannot collide with one
@@ -32,7 +31,7 @@ def call_line(wire, key: bool = False, cut: int = 0, **changes) -> str:
         params["idempotencyKey"] = KEY
     message = {**wire.frame({"jsonrpc": "2.0", "id": BAD_ID, "method": "tools/call", "params": params}), **changes}
     line = json.dumps(message)
-    return line[:len(line) - cut]
+    return line[: len(line) - cut]
 
 
 def without_name(wire, key: bool = False) -> str:

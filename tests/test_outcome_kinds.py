@@ -12,7 +12,6 @@ import json
 import os
 
 import pytest
-
 from wire import ROOT, keyed_call_line, new_key, start, text_of
 
 OUTCOME_TOOLS = ROOT / "tests" / "outcome_tools"

@@ -6,18 +6,19 @@ import json
 
 import mcp.types as types
 import pytest
-from mcp.shared.exceptions import McpError
-
-from client_demo import tool_call
 from conftest import stored_keys
+from mcp.shared.exceptions import McpError
 from wire import CONFLICT, error_type, keyed_call_line, new_key, text_of
 
+from client_demo import tool_call
 
 CHANGED_RETRIES = [
-    pytest.param(("charge_guarded", {"amount": 100}), ("charge_guarded", {"amount": 200}),
-                 id="success_then_other_amount"),
-    pytest.param(("charge_guarded", {"amount": 0}), ("charge_guarded", {"amount": 100}),
-                 id="tool_error_then_corrected_amount"),
+    pytest.param(
+        ("charge_guarded", {"amount": 100}), ("charge_guarded", {"amount": 200}), id="success_then_other_amount"
+    ),
+    pytest.param(
+        ("charge_guarded", {"amount": 0}), ("charge_guarded", {"amount": 100}), id="tool_error_then_corrected_amount"
+    ),
     pytest.param(("no_such_tool", {}), ("get_balance", {}), id="unknown_tool_then_real_tool"),
 ]
 
@@ -61,14 +62,16 @@ REJECTED = [
 @pytest.mark.parametrize("rejected", REJECTED)
 async def test_rejection_leaves_the_store_as_it_found_it(dedup, rejected):
     await dedup.idempotent_call_tool(tool_call("charge_guarded", {"amount": 100}, "recorded"))
-    store_before = {key: (record.fingerprint, record.outcome, record.expires_at)
-                    for key, record in dedup._dedup_store.items()}
+    store_before = {
+        key: (record.fingerprint, record.outcome, record.expires_at) for key, record in dedup._dedup_store.items()
+    }
 
     with pytest.raises(McpError):
         await dedup.idempotent_call_tool(rejected)
 
-    assert {key: (record.fingerprint, record.outcome, record.expires_at)
-            for key, record in dedup._dedup_store.items()} == store_before
+    assert {
+        key: (record.fingerprint, record.outcome, record.expires_at) for key, record in dedup._dedup_store.items()
+    } == store_before
     assert dedup.ledger == {"balance": 100, "charges": 1}
 
 

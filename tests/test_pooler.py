@@ -19,7 +19,6 @@ import subprocess
 import tempfile
 
 import pytest
-
 from conftest import NO_POSTGRES, POSTGRES, postgres_database
 from stores import decisions
 from test_several_instances import check_each_key_charged_once, each_key_sent_to_two_instances_at_once, instances
@@ -41,14 +40,15 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def pooler():
-    """pgbouncer in transaction mode in front of SEP3182_POSTGRES; a function from a direct database URL to the pooled one."""
+    """pgbouncer in transaction mode in front of SEP3182_POSTGRES; a function from a direct URL to its pooled one."""
     if not POSTGRES:
         pytest.skip(f"{NO_POSTGRES}; {NEEDS_PGBOUNCER}")
     if not shutil.which("pgbouncer", path=os.environ["PATH"] + ":/usr/sbin"):
         pytest.skip(f"no pgbouncer: {NEEDS_PGBOUNCER} in front of SEP3182_POSTGRES")
     folder = tempfile.mkdtemp(prefix="pgbouncer-")
-    pooled = subprocess.run([PGBOUNCER, "start", folder, str(free_port()), POSTGRES],
-                            check=True, capture_output=True, text=True).stdout.strip()
+    pooled = subprocess.run(
+        [PGBOUNCER, "start", folder, str(free_port()), POSTGRES], check=True, capture_output=True, text=True
+    ).stdout.strip()
     try:
         yield lambda direct: pooled.replace("/postgres?", "/" + direct.rsplit("/", 1)[1] + "?")
     finally:
@@ -58,9 +58,13 @@ def pooler():
 
 def refusal(store: str) -> str:
     """What the 2.x server says when it will not start on `store`: its one line of stderr."""
-    server = subprocess.run([sdk2_python(), *SDK2_SERVER, "--transport", "http",
-                             "--port", str(free_port()), "--store", store],
-                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=STARTUP_TIMEOUT)
+    server = subprocess.run(
+        [sdk2_python(), *SDK2_SERVER, "--transport", "http", "--port", str(free_port()), "--store", store],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=STARTUP_TIMEOUT,
+    )
     assert server.returncode != 0, f"the server started on {store}:\n{server.stderr}"
     lines = server.stderr.strip().splitlines()
     assert len(lines) == 1, f"more than one line:\n{server.stderr}"
@@ -69,8 +73,12 @@ def refusal(store: str) -> str:
 
 def tables(direct: str) -> list[str]:
     """The tables the database holds, read directly."""
-    listing = subprocess.run(["psql", "-Atc", "SELECT tablename FROM pg_tables WHERE schemaname = 'public'", direct],
-                             check=True, capture_output=True, text=True)
+    listing = subprocess.run(
+        ["psql", "-Atc", "SELECT tablename FROM pg_tables WHERE schemaname = 'public'", direct],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return listing.stdout.split()
 
 

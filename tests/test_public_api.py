@@ -6,14 +6,23 @@ import subprocess
 import sys
 
 import pytest
-
 from wire import ROOT, sdk2_python
 
 pytestmark = pytest.mark.targets("2x-stdio")
 
 BOOKING = ROOT / "idempotency" / "examples" / "booking.py"
-CONTRACT = ["--charge-tool", "book_seats", "--amount-argument", "seats", "--count-tool", "bookings",
-            "--count-field", "bookings", "--other-tool", "none"]
+CONTRACT = [
+    "--charge-tool",
+    "book_seats",
+    "--amount-argument",
+    "seats",
+    "--count-tool",
+    "bookings",
+    "--count-field",
+    "bookings",
+    "--other-tool",
+    "none",
+]
 
 
 def booking(tmp_path, name: str, *options: str) -> str:
@@ -23,12 +32,24 @@ def booking(tmp_path, name: str, *options: str) -> str:
 
 def test_a_server_built_from_the_public_api_alone_passes_the_kit(tmp_path):
     kit = subprocess.run(
-        [sys.executable, str(ROOT / "conformance" / "kit.py"), *CONTRACT,
-         "--command", booking(tmp_path, "main"),
-         "--slow-command", booking(tmp_path, "slow", "--delay", "2"),
-         "--short-retention-command", booking(tmp_path, "short", "--retention", "1"),
-         "--bounded-command", booking(tmp_path, "bounded", "--max-records", "3")],
-        capture_output=True, text=True, timeout=240, cwd=ROOT)
+        [
+            sys.executable,
+            str(ROOT / "conformance" / "kit.py"),
+            *CONTRACT,
+            "--command",
+            booking(tmp_path, "main"),
+            "--slow-command",
+            booking(tmp_path, "slow", "--delay", "2"),
+            "--short-retention-command",
+            booking(tmp_path, "short", "--retention", "1"),
+            "--bounded-command",
+            booking(tmp_path, "bounded", "--max-records", "3"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
 
     summary = kit.stdout.splitlines()[-1]
     assert kit.returncode == 0, kit.stdout
@@ -50,8 +71,14 @@ print(len(names))
 
 
 def test_importing_any_module_of_the_package_builds_no_server():
-    imported = subprocess.run([sdk2_python(), "-c", IMPORT_EVERYTHING], capture_output=True, text=True,
-                              timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
+    imported = subprocess.run(
+        [sdk2_python(), "-c", IMPORT_EVERYTHING],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
 
     assert imported.returncode == 0, imported.stderr
     assert int(imported.stdout) >= 10  # the layer, the stores, the demos: all of them were imported

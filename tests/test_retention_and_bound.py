@@ -11,11 +11,11 @@ import time
 
 import anyio
 import pytest
+from conftest import in_process_session, stored_keys
 from mcp.shared.exceptions import McpError
+from wire import CONFLICT, IN_PROGRESS, REPLY_TIMEOUT, STORE_FULL, error_type, text_of
 
 from client_demo import call_tool, text
-from conftest import in_process_session, stored_keys
-from wire import CONFLICT, IN_PROGRESS, REPLY_TIMEOUT, STORE_FULL, error_type, text_of
 
 HOLD = 0.5  # seconds a charge takes while a test needs one in flight
 

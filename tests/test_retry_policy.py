@@ -9,7 +9,6 @@ import os
 import subprocess
 
 import pytest
-
 from wire import ROOT, sdk2_python
 
 pytestmark = [pytest.mark.targets("2x-stdio"), pytest.mark.slow]  # about 25 s a run
@@ -33,8 +32,9 @@ scenarios.main()
 
 def play(*command: str, **env: str) -> subprocess.CompletedProcess:
     """Run retry/scenarios.py (or a stand-in) with the mcp 2.x interpreter, `env` added to the environment."""
-    return subprocess.run([sdk2_python(), *command], cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sdk2_python(), *command], cwd=ROOT, capture_output=True, text=True, timeout=240, env={**os.environ, **env}
+    )
 
 
 def verdicts(output: str) -> list[str]:

@@ -7,14 +7,18 @@ import json
 import subprocess
 
 import pytest
-
 from wire import ROOT, sdk2_python
 
 
 def run(scenario: str, *server_options: str) -> dict:
     server = [sdk2_python(), str(ROOT / "tests" / "policy_server.py"), "--store", "memory", *server_options]
-    ran = subprocess.run([sdk2_python(), str(ROOT / "tests" / "retry_settings_client.py"), scenario, "--", *server],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    ran = subprocess.run(
+        [sdk2_python(), str(ROOT / "tests" / "retry_settings_client.py"), scenario, "--", *server],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert ran.returncode == 0, ran.stderr[-2000:]
     return json.loads(ran.stdout.splitlines()[-1])
 
@@ -31,8 +35,9 @@ def test_a_callers_key_longer_than_max_key_length_is_refused_before_anything_is_
 
 def test_a_minted_key_fits_max_key_length_where_a_uuid_would_not():
     """20 characters: the policy's own key is accepted; a UUID (36), minted without the settings, is refused."""
-    fitted, ignoring = (run(scenario, "--max-key-length", "20")
-                        for scenario in ("minted-key-fits", "minted-key-ignoring-settings"))
+    fitted, ignoring = (
+        run(scenario, "--max-key-length", "20") for scenario in ("minted-key-fits", "minted-key-ignoring-settings")
+    )
     assert fitted["outcome"] == {"result": True} and fitted["charges"] == 1
     assert ignoring["outcome"]["raised"] == "KeyRefused" and "invalid_idempotency_key" in ignoring["outcome"]["message"]
 
@@ -46,15 +51,25 @@ def test_past_retention_seconds_the_policy_gives_up_rather_than_send_what_may_be
     assert run("window-ignored", "--retention", "1", "--charge-delay", "3")["outcome"] == {"result": True}
 
 
-@pytest.mark.parametrize(("data", "outcome"), [
-    pytest.param({"type": "idempotency_rate_limited", "retryable": True}, {"result": True},
-                 id="a_type_it_does_not_know_marked_retryable_is_retried"),
-    pytest.param({"type": "idempotency_key_in_progress", "retryable": False}, "KeyRefused",
-                 id="retryable_false_is_final_whatever_the_type"),
-    pytest.param({"type": "idempotency_key_in_progress"}, {"result": True},
-                 id="without_retryable_the_type_decides"),
-    pytest.param({"type": "idempotency_key_conflict"}, "KeyRefused", id="without_retryable_a_conflict_is_final"),
-])
+@pytest.mark.parametrize(
+    ("data", "outcome"),
+    [
+        pytest.param(
+            {"type": "idempotency_rate_limited", "retryable": True},
+            {"result": True},
+            id="a_type_it_does_not_know_marked_retryable_is_retried",
+        ),
+        pytest.param(
+            {"type": "idempotency_key_in_progress", "retryable": False},
+            "KeyRefused",
+            id="retryable_false_is_final_whatever_the_type",
+        ),
+        pytest.param(
+            {"type": "idempotency_key_in_progress"}, {"result": True}, id="without_retryable_the_type_decides"
+        ),
+        pytest.param({"type": "idempotency_key_conflict"}, "KeyRefused", id="without_retryable_a_conflict_is_final"),
+    ],
+)
 def test_the_policy_branches_on_data_retryable_and_falls_back_to_data_type(data, outcome):
     """Refused twice with `data`, then run: a retried call ends in its result, one charge."""
     seen = run("reject:" + json.dumps(data))

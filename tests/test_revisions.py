@@ -10,8 +10,7 @@ same outcome, reshaped, never the other revision's bytes.
 import subprocess
 
 import pytest
-
-from wire import ROOT, text_of, sdk2_python
+from wire import ROOT, sdk2_python, text_of
 
 HANDSHAKE = "2025-11-25"
 SERVER_INFO = "io.modelcontextprotocol/serverInfo"
@@ -64,7 +63,8 @@ import mcp_types
 from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
 async def retry():
     async with Client(sys.argv[1], mode="auto") as client:
-        call = KeyedCall(params=KeyedCallParams(name="charge_guarded", arguments={"amount": 100}, idempotency_key="p20-d"))
+        params = KeyedCallParams(name="charge_guarded", arguments={"amount": 100}, idempotency_key="p20-d")
+        call = KeyedCall(params=params)
         result = await client.session.send_request(call, mcp_types.CallToolResult, request_read_timeout_seconds=10)
         print(client.protocol_version, result.content[0].text)
 anyio.run(retry)
@@ -75,8 +75,13 @@ anyio.run(retry)
 def test_the_2x_sdk_client_accepts_a_replay_recorded_on_the_2025_handshake(wire):
     original = in_revision(wire, HANDSHAKE, 100, "p20-d")
 
-    retried = subprocess.run([sdk2_python(), "-c", SDK2_CLIENT_RETRY, f"http://127.0.0.1:{wire.port}/mcp"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    retried = subprocess.run(
+        [sdk2_python(), "-c", SDK2_CLIENT_RETRY, f"http://127.0.0.1:{wire.port}/mcp"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert retried.returncode == 0, retried.stderr
     assert retried.stdout.strip() == f"2026-07-28 {text_of(original)}"

@@ -6,7 +6,6 @@ import json
 import subprocess
 
 import pytest
-
 from wire import ROOT, sdk2_python
 
 pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
@@ -76,8 +75,10 @@ def test_client_demo_plays_four_scenarios_over_stdio_and_http_and_each_passes(cl
     assert client_demo_run.returncode == 0, client_demo_run.stdout + client_demo_run.stderr
     assert verdicts(client_demo_run.stdout) == ["PASS"] * 8
     assert "=== over stdio" in client_demo_run.stdout and "=== over http" in client_demo_run.stdout
-    assert ("8 scenarios over stdio and http: without a key the retry charged twice, as it must; "
-            "with SEP-3182, 6 of 6 behaved as it requires.") in client_demo_run.stdout
+    assert (
+        "8 scenarios over stdio and http: without a key the retry charged twice, as it must; "
+        "with SEP-3182, 6 of 6 behaved as it requires."
+    ) in client_demo_run.stdout
 
 
 def test_client_demo_finds_the_capability_through_server_discover(client_demo_run):
@@ -87,8 +88,9 @@ def test_client_demo_finds_the_capability_through_server_discover(client_demo_ru
 
 
 def test_client_demo_sends_the_key_beside_arguments(client_demo_run):
-    frames = [json.loads(line.split("wire →", 1)[1]) for line in client_demo_run.stdout.splitlines()
-              if "wire →" in line]
+    frames = [
+        json.loads(line.split("wire →", 1)[1]) for line in client_demo_run.stdout.splitlines() if "wire →" in line
+    ]
     keyed = [frame["params"] for frame in frames if "idempotencyKey" in frame["params"]]
     assert keyed, "the demo printed no keyed frame"
     for params in keyed:
@@ -128,9 +130,15 @@ def test_client_demo_refuses_to_rely_on_keys_without_the_capability(tmp_path):
     assert verdicts(run.stdout) == []
 
 
-CLUSTER_HEADINGS = ["1. Each instance has a store of its own", "2. A shared store", "3. The same key with other",
-                    "4. A still running", "5. A killed (SIGKILL) right after", "6. A killed (SIGKILL) in the middle",
-                    "7. Every instance stopped"]
+CLUSTER_HEADINGS = [
+    "1. Each instance has a store of its own",
+    "2. A shared store",
+    "3. The same key with other",
+    "4. A still running",
+    "5. A killed (SIGKILL) right after",
+    "6. A killed (SIGKILL) in the middle",
+    "7. Every instance stopped",
+]
 
 
 @pytest.mark.slow  # about 20 s each

@@ -10,13 +10,12 @@ from importlib.metadata import version
 
 import mcp.types as types
 import pytest
+from conftest import sdk_session
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-
-from client_demo import call_tool
-from conftest import sdk_session
 from wire import REPLY_TIMEOUT, ROOT, SDK2_SERVER, SERVER, sdk2_python
 
+from client_demo import call_tool
 
 # ----------------------------------------------------------------------------
 # P11: the capability
@@ -40,8 +39,10 @@ def test_capability_advertises_the_window_set_at_start_in_whole_seconds_rounded_
 def test_initialize_result_advertises_it_too_for_a_2025_client(wire):
     """P14: a client of the 2025 handshake finds it where it looks, in the initialize result."""
     wire.revision = "2025-11-25"
-    initialized = wire.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                              "clientInfo": {"name": "wire", "version": "1"}})
+    initialized = wire.request(
+        "initialize",
+        {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "wire", "version": "1"}},
+    )
     assert initialized["result"]["protocolVersion"] == "2025-11-25"
     assert initialized["result"]["capabilities"]["tools"]["idempotency"] == SETTINGS
 
@@ -70,18 +71,22 @@ def test_sdk_params_model_puts_the_key_beside_arguments():
 async def test_sdk_client_sends_the_key_beside_arguments_on_the_wire(tmp_path):
     # What the server read, byte for byte: its stdin passes through tee on the way in.
     received = tmp_path / "stdin.jsonl"
-    params = StdioServerParameters(command="sh", args=["-c", 'tee "$0" | exec "$1" "$2"', str(received),
-                                                       sys.executable, str(SERVER)])
+    params = StdioServerParameters(
+        command="sh", args=["-c", 'tee "$0" | exec "$1" "$2"', str(received), sys.executable, str(SERVER)]
+    )
     with tempfile.TemporaryFile(mode="w+") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                await call_tool(session, "charge_guarded", {"amount": 100}, "sdk-wire-key", REPLY_TIMEOUT)
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            await call_tool(session, "charge_guarded", {"amount": 100}, "sdk-wire-key", REPLY_TIMEOUT)
 
-    calls = [message for message in map(json.loads, received.read_text().splitlines())
-             if message.get("method") == "tools/call"]
+    calls = [
+        message
+        for message in map(json.loads, received.read_text().splitlines())
+        if message.get("method") == "tools/call"
+    ]
     assert [call["params"] for call in calls] == [
-        {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": "sdk-wire-key"}]
+        {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": "sdk-wire-key"}
+    ]
 
 
 @pytest.mark.targets("1x-stdio")
@@ -159,8 +164,15 @@ def run(python: str, *arguments: str, site: str | None = None, tmp_path=None) ->
     if site is not None:
         (tmp_path / "sitecustomize.py").write_text(site)
         environment["PYTHONPATH"] = str(tmp_path)
-    return subprocess.run([python, *arguments], cwd=ROOT, stdin=subprocess.DEVNULL, env=environment,
-                          capture_output=True, text=True, timeout=REPLY_TIMEOUT)
+    return subprocess.run(
+        [python, *arguments],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=REPLY_TIMEOUT,
+    )
 
 
 def one_line(refused: subprocess.CompletedProcess) -> str:
@@ -172,11 +184,14 @@ def one_line(refused: subprocess.CompletedProcess) -> str:
     return line
 
 
-@pytest.mark.parametrize(("form", "seen_by_the_server"), [
-    pytest.param(None, {"idempotencyKey": "k"}, id="installed_sdk_keeps_the_key"),
-    pytest.param("ignores", None, id="sdk_that_ignores_drops_the_key"),
-    pytest.param("forbids", "ValidationError", id="sdk_that_forbids_rejects_the_key"),
-])
+@pytest.mark.parametrize(
+    ("form", "seen_by_the_server"),
+    [
+        pytest.param(None, {"idempotencyKey": "k"}, id="installed_sdk_keeps_the_key"),
+        pytest.param("ignores", None, id="sdk_that_ignores_drops_the_key"),
+        pytest.param("forbids", "ValidationError", id="sdk_that_forbids_rejects_the_key"),
+    ],
+)
 @pytest.mark.targets("1x-stdio")
 def test_the_simulated_sdks_really_lose_the_key(tmp_path, form, seen_by_the_server):
     # The refusal tests below mean something only if each form really loses the key
@@ -226,8 +241,7 @@ def test_refuses_to_run_when_the_sdk_loses_the_key(tmp_path, script, form):
 @pytest.mark.targets("2x-stdio", "2x-http")
 @pytest.mark.parametrize("form", SDK2_FORMS)
 def test_sdk2_server_refuses_to_start_when_the_key_does_not_reach_its_middleware(tmp_path, form):
-    line = one_line(run(sdk2_python(), *SDK2_SERVER, "--store", "memory", site=SDK2_FORMS[form],
-                        tmp_path=tmp_path))
+    line = one_line(run(sdk2_python(), *SDK2_SERVER, "--store", "memory", site=SDK2_FORMS[form], tmp_path=tmp_path))
 
     assert "does not hand a tools/call's idempotencyKey to server middleware" in line  # the cause
     assert "pip install ./idempotency" in line  # the fix

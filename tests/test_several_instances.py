@@ -28,9 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from stores import CHARGED, audit, decisions, read_store
-from wire import CONFLICT, IN_PROGRESS, REPLY_TIMEOUT, ROOT, error_type, sdk2_python, start, start_together, text_of
+from wire import CONFLICT, IN_PROGRESS, error_type, sdk2_python, start, start_together, text_of
 
 FAULTS = Path(__file__).resolve().parent / "faults"  # sitecustomize.py: kill or hold a call at a phase
 
@@ -72,16 +71,16 @@ OPENS = 20  # times each instance opens and closes the store: a server opens it 
 OPEN_THE_STORE = """
 import os, sys, time, anyio
 from mcp_idempotency.stores import Limits, open_store
-ready, go, url = sys.argv[1:]
+ready, go, url = sys.argv[1:4]
 open(ready, "w").close()
 while not os.path.exists(go):
     time.sleep(0.001)
 async def open_and_close():
-    for n in range(%d):
+    for n in range(int(sys.argv[4])):
         async with open_store(url, Limits(retention=60, lease=30, max_records=1000)) as store:
             await store.claim(f"{os.getpid()}-{n}", b"fingerprint")
 anyio.run(open_and_close)
-""" % OPENS
+"""
 
 
 def test_a_fleet_started_at_once_on_a_new_sqlite_file_all_comes_up(tmp_path):
@@ -90,16 +89,30 @@ def test_a_fleet_started_at_once_on_a_new_sqlite_file_all_comes_up(tmp_path):
     for round_ in range(FLEET_ROUNDS):
         folder = tmp_path / str(round_)
         folder.mkdir()
-        fleet = [subprocess.Popen([sdk2_python(), "-c", OPEN_THE_STORE, str(folder / f"ready-{i}"),
-                                   str(folder / "go"), f"sqlite:{folder / 'store.db'}"],
-                                  stderr=subprocess.PIPE, text=True) for i in range(FLEET)]
+        fleet = [
+            subprocess.Popen(
+                [
+                    sdk2_python(),
+                    "-c",
+                    OPEN_THE_STORE,
+                    str(folder / f"ready-{i}"),
+                    str(folder / "go"),
+                    f"sqlite:{folder / 'store.db'}",
+                    str(OPENS),
+                ],
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(FLEET)
+        ]
         try:
             deadline = time.monotonic() + REPLY_TIMEOUT
             while len(list(folder.glob("ready-*"))) < FLEET and time.monotonic() < deadline:
                 time.sleep(0.01)
             (folder / "go").touch()  # all at once
-            failed = [error for error in (instance.communicate(timeout=REPLY_TIMEOUT)[1] for instance in fleet)
-                      if error]
+            failed = [
+                error for error in (instance.communicate(timeout=REPLY_TIMEOUT)[1] for instance in fleet) if error
+            ]
         finally:
             for instance in fleet:
                 instance.kill()
@@ -239,9 +252,11 @@ def test_each_key_sent_to_two_instances_at_once_charges_once_in_the_shared_ledge
     executed, replayed, in_progress = check_each_key_charged_once(answers, seen, store_url)
 
     with capsys.disabled():
-        print(f"\n[several instances, {store_url.split(':')[0]}] {KEYS} keys x 2 instances of {INSTANCES}, "
-              f"<= {IN_FLIGHT} in flight: {2 * KEYS} requests in {elapsed:.1f} s ({2 * KEYS / elapsed:.0f}/s); "
-              f"{executed} executed, {replayed} replayed, {in_progress} in progress; ledger {KEYS} charges")
+        print(
+            f"\n[several instances, {store_url.split(':')[0]}] {KEYS} keys x 2 instances of {INSTANCES}, "
+            f"<= {IN_FLIGHT} in flight: {2 * KEYS} requests in {elapsed:.1f} s ({2 * KEYS / elapsed:.0f}/s); "
+            f"{executed} executed, {replayed} replayed, {in_progress} in progress; ledger {KEYS} charges"
+        )
 
 
 def each_key_sent_to_two_instances_at_once(wires: list, keys: int) -> list[list[dict]]:

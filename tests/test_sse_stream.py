@@ -12,7 +12,6 @@ import http.client
 import json
 
 import pytest
-
 from wire import sse_messages, start_together, text_of
 
 pytestmark = pytest.mark.targets("2x-http")
@@ -37,9 +36,19 @@ def test_a_charge_with_a_progress_token_streams_its_progress_and_its_replay_send
     _, second = two_instances
     streams = []
     for request_id in (1, 2):
-        request = second.frame({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
-            "name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": KEY,
-            "_meta": {"progressToken": f"progress-{request_id}"}}})
+        request = second.frame(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/call",
+                "params": {
+                    "name": "charge_guarded",
+                    "arguments": {"amount": 100},
+                    "idempotencyKey": KEY,
+                    "_meta": {"progressToken": f"progress-{request_id}"},
+                },
+            }
+        )
         connection = http.client.HTTPConnection("127.0.0.1", second.port, timeout=15)
         try:
             connection.request("POST", "/mcp", body=json.dumps(request), headers=second.headers(request))

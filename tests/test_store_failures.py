@@ -17,13 +17,11 @@ the ledger still holds exactly the recorded charges.
 import signal
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from stores import CHARGED, audit, decisions, read_store
 from wire import IN_PROGRESS, REPLY_TIMEOUT, error_type, start, text_of
 
@@ -59,8 +57,9 @@ def test_a_keyed_call_whose_write_cannot_take_the_sqlite_file_is_not_recorded_an
     try:
         call = wire.send_call("charge_guarded", {"amount": 100}, key="order-1")
         wire.wait_for_log("claimed: key='order-1'")  # the tool sleeps a second, then writes
-        holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_FILE, str(path), str(HOLD)],
-                                  stdout=subprocess.PIPE, text=True)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD_THE_FILE, str(path), str(HOLD)], stdout=subprocess.PIPE, text=True
+        )
         assert holder.stdout.readline() == "holding\n"
         refused = wire.reply(call)
         holder.wait(REPLY_TIMEOUT)
@@ -80,7 +79,8 @@ CALLS_ON_A_FULL_DISK = 60  # at most; the test goes on a few calls past the firs
 
 
 def test_a_full_disk_is_never_recorded_as_an_outcome_and_every_key_charges_once_when_there_is_room(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """Issue 16, finding 1: a store that cannot write ("database or disk is full") answers a keyed
     call with a retryable rejection, never a recorded failure; once there is room, each key charges once."""
     url = f"sqlite:{tmp_path / 'store.db'}"
@@ -177,7 +177,8 @@ def retry_until_charged(wire, key: str, amount: int, seconds: float) -> tuple[st
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("phase", PHASES)
 def test_instance_frozen_at_each_phase_holds_up_other_keys_a_bounded_time_and_charges_nothing_twice(
-        phase, store_url, monkeypatch, capsys):
+    phase, store_url, monkeypatch, capsys
+):
     """P18, P23, issue 16 finding 2: a frozen peer (a paused VM) left every other key waiting, unbounded."""
     kind = store_url.split(":")[0]
     server_args = ("--store", store_url, "--lease", str(FROZEN_LEASE))
@@ -227,7 +228,10 @@ def test_instance_frozen_at_each_phase_holds_up_other_keys_a_bounded_time_and_ch
     completed, running = audit(store_url)  # no double charge, no charge without its record
     assert not running and {key: amount for key, (amount, _) in completed.items()} == amounts
     with capsys.disabled():
-        print(f"\n[frozen, {kind}, {phase}] other keys waited at most {max(waits) * 1000:.0f} ms "
-              f"(median {sorted(waits)[len(waits) // 2] * 1000:.0f} ms), {refused} of {OTHER_KEYS} told to retry; "
-              f"own key {'charged elsewhere ' + format(took, '.1f') + ' s after the freeze' if took else 'held until the thaw'}; "
-              f"ledger: {len(completed)} charges, each recorded once", end="")
+        print(
+            f"\n[frozen, {kind}, {phase}] other keys waited at most {max(waits) * 1000:.0f} ms "
+            f"(median {sorted(waits)[len(waits) // 2] * 1000:.0f} ms), {refused} of {OTHER_KEYS} told to retry; "
+            f"own key {f'charged elsewhere {took:.1f} s after the freeze' if took else 'held until the thaw'}; "
+            f"ledger: {len(completed)} charges, each recorded once",
+            end="",
+        )

@@ -3,7 +3,8 @@
 One suite, three targets, each a real server process:
 
     1x-stdio   server.py on mcp 1.x, over stdio, after the 2025 initialize handshake
-    2x-stdio   the package's ledger server (mcp_idempotency.demo.ledger_server) on mcp 2.x, over stdio, on the 2026-07-28 revision
+    2x-stdio   the package's ledger server (mcp_idempotency.demo.ledger_server) on mcp 2.x, over stdio,
+               on the 2026-07-28 revision
     2x-http    the same server on mcp 2.x, over stateless Streamable HTTP, 2026-07-28
 
 `Wire` hides only what the transport and the revision require (framing, the
@@ -33,7 +34,9 @@ SERVER = ROOT / "server.py"
 # The 2.x ledger server, as its environment runs it: a module of the installed package.
 SDK2_SERVER = ["-m", "mcp_idempotency.demo.ledger_server"]
 SDK2_PYTHON = Path(os.environ.get("SEP3182_SDK2_PYTHON", ROOT / ".venv-2x" / "bin" / "python"))
-SDK2_SETUP = "python3 tests/run.py, or: python3 -m venv .venv-2x && .venv-2x/bin/pip install -e 'idempotency[postgres,auth]'"
+SDK2_SETUP = (
+    "python3 tests/run.py, or: python3 -m venv .venv-2x && .venv-2x/bin/pip install -e 'idempotency[postgres,auth]'"
+)
 
 TARGETS = ["1x-stdio", "2x-stdio", "2x-http"]
 
@@ -94,9 +97,10 @@ class Wire(ABC):
 
     def __init__(self, target: str, command: list[str]):
         self.target = target
-        self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.stderr, text=True, encoding="utf-8")
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the server's stderr, open as long as it runs)
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, encoding="utf-8"
+        )
         self.replies: dict[object, str] = {}  # replies read while waiting for another
         self.next_id = 0
         self.numbering = threading.Lock()  # several threads may send on one Wire
@@ -106,7 +110,7 @@ class Wire(ABC):
             self.close()
             raise
 
-    def ready(self) -> None:
+    def ready(self) -> None:  # noqa: B027 (a target with no handshake has nothing to wait for)
         """Wait until the server answers, after whatever handshake this target needs."""
 
     # --- what each transport and revision says differently ------------------
@@ -143,8 +147,10 @@ class Wire(ABC):
 
     def send_spelled(self, request_id, method: str, members: str) -> None:
         """Send a request whose params members are JSON text exactly as written: `1e0`, `-0`, member order."""
-        text = (f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},"method":{json.dumps(method)},'
-                f'"params":{{{self.envelope_text(members)}}}}}')
+        text = (
+            f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},"method":{json.dumps(method)},'
+            f'"params":{{{self.envelope_text(members)}}}}}'
+        )
         self.send_text(text, json.loads(text))
 
     def notify(self, method: str, params: dict | None = None) -> None:
@@ -306,10 +312,14 @@ class LegacyStdioWire(StdioWire):
 
     def ready(self) -> None:
         super().ready()
-        self.initialize_result = self.request("initialize", {
-            "protocolVersion": "2025-03-26", "capabilities": {},
-            "clientInfo": {"name": "wire", "version": "1"},
-        })["result"]
+        self.initialize_result = self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-03-26",
+                "capabilities": {},
+                "clientInfo": {"name": "wire", "version": "1"},
+            },
+        )["result"]
         self.capabilities = self.initialize_result["capabilities"]
         self.notify("notifications/initialized")
 
@@ -317,8 +327,7 @@ class LegacyStdioWire(StdioWire):
 class HttpWire(Wire):
     """The 2.x server over stateless Streamable HTTP: one POST per message, each on its own connection."""
 
-    def __init__(self, target: str, command: list[str], port: int, revision: str = MODERN,
-                 headers: dict | None = None):
+    def __init__(self, target: str, command: list[str], port: int, revision: str = MODERN, headers: dict | None = None):
         self.port, self.revision = port, revision
         self.extra_headers = dict(headers or {})  # sent with every message, e.g. {"Authorization": "Bearer ..."}
         self.connections: dict[object, http.client.HTTPConnection] = {}
@@ -350,8 +359,11 @@ class HttpWire(Wire):
 
     def headers(self, message) -> dict:
         """The headers the SDK's client sends with a message (2026-07-28 routes on them)."""
-        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-                   "MCP-Protocol-Version": self.revision}
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": self.revision,
+        }
         if isinstance(message, dict) and isinstance(message.get("method"), str):
             headers["Mcp-Method"] = message["method"]
             params = message.get("params")
@@ -416,8 +428,13 @@ class HttpWire(Wire):
         return self.process.returncode
 
 
-def start(target: str, *server_args: str, server: list[str] | None = None, store_dir: Path | None = None,
-          headers: dict | None = None) -> Wire:
+def start(
+    target: str,
+    *server_args: str,
+    server: list[str] | None = None,
+    store_dir: Path | None = None,
+    headers: dict | None = None,
+) -> Wire:
     """Start `target` with command-line options; the 2.x server gets a fresh SQLite store unless told otherwise.
     Over HTTP, `headers` go with every message (a bearer token)."""
     if target == "1x-stdio":
@@ -467,7 +484,7 @@ def without_id(line: str, request_id) -> str:
     """A response line with its JSON-RPC envelope up to the id cut off: what a replay must repeat."""
     envelope = f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},'
     assert line.startswith(envelope), line
-    return line[len(envelope):]
+    return line[len(envelope) :]
 
 
 def keyed_call_line(wire: Wire, name: str, arguments: dict, key: str) -> tuple[str, str]:

@@ -23,8 +23,11 @@ parser.add_argument("--retention", type=float, default=Limits.retention)
 parser.add_argument("--max-records", type=int, default=Limits.max_records)
 options = parser.parse_args()
 
-keys = Idempotency(options.store, server_info={"name": "booking", "version": "1.0"},
-                   limits=Limits(retention=options.retention, max_records=options.max_records))
+keys = Idempotency(
+    options.store,
+    server_info={"name": "booking", "version": "1.0"},
+    limits=Limits(retention=options.retention, max_records=options.max_records),
+)
 mcp = MCPServer("booking", version="1.0", lifespan=keys.lifespan, middleware=[keys])  # the one line
 booked = {"bookings": 0, "seats": 0}
 

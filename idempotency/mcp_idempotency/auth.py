@@ -68,9 +68,12 @@ class JwtVerifier:
 
     def __init__(self, issuer: str, resource: str, jwks_uri: str | None = None):
         self.issuer, self.resource, self.jwks_uri = issuer, resource, jwks_uri
-        self.claims = JWTClaimsRegistry(iss={"essential": True, "value": issuer},
-                                        aud={"essential": True, "value": resource},
-                                        sub={"essential": True}, exp={"essential": True})
+        self.claims = JWTClaimsRegistry(
+            iss={"essential": True, "value": issuer},
+            aud={"essential": True, "value": resource},
+            sub={"essential": True},
+            exp={"essential": True},
+        )
         self.keys: KeySet | None = None
         self.fetched_at = float("-inf")
         self.fetching = anyio.Lock()
@@ -85,9 +88,15 @@ class JwtVerifier:
             log.info("token refused: %s", f"{type(refused).__name__}: {refused}".splitlines()[0])
             return None
         claims = verified.claims
-        return AccessToken(token=token, client_id=str(claims.get("client_id", claims["sub"])),
-                           scopes=str(claims.get("scope", "")).split(), expires_at=int(claims["exp"]),
-                           resource=self.resource, subject=str(claims["sub"]), claims={"iss": claims["iss"]})
+        return AccessToken(
+            token=token,
+            client_id=str(claims.get("client_id", claims["sub"])),
+            scopes=str(claims.get("scope", "")).split(),
+            expires_at=int(claims["exp"]),
+            resource=self.resource,
+            subject=str(claims["sub"]),
+            claims={"iss": claims["iss"]},
+        )
 
     async def keys_for(self, kid: str | None) -> KeySet:
         """The issuer's keys: fetched once, and again for an unknown kid, at most every JWKS_REFETCH_SECONDS."""
@@ -113,7 +122,7 @@ class JwtVerifier:
 
 
 def auth_settings(issuer: str, resource: str) -> AuthSettings:
-    """The SDK's settings for a resource server: RFC 9728 metadata naming the issuer, at the resource's well-known URL."""
+    """The SDK's settings for a resource server: RFC 9728 metadata naming the issuer, at its well-known URL."""
     # The verifier checks the audience itself (joserfc's claims registry), so the SDK need not.
     return AuthSettings(issuer_url=issuer, resource_server_url=resource, validate_token_resource=False)
 
@@ -124,11 +133,14 @@ def listing_scopes(app, settings: AuthSettings, scopes: list[str]) -> None:
     # of them on every request, and a ledger:read token could not read the balance. So the SDK's
     # own public function builds the same metadata route with the scopes listed, and it takes the
     # place of the route the SDK built without them.
-    listed = create_protected_resource_routes(settings.resource_server_url, [settings.issuer_url],
-                                              scopes_supported=scopes)
+    listed = create_protected_resource_routes(
+        settings.resource_server_url, [settings.issuer_url], scopes_supported=scopes
+    )
     paths = {route.path for route in listed}
-    app.router.routes[:] = [*listed, *(route for route in app.router.routes
-                                       if getattr(route, "path", None) not in paths)]
+    app.router.routes[:] = [
+        *listed,
+        *(route for route in app.router.routes if getattr(route, "path", None) not in paths),
+    ]
 
 
 # ----------------------------------------------------------------------------
@@ -175,9 +187,17 @@ class ScopeGate:
         """403 as the MCP authorization spec words it: the scope for this operation only (SEP-2350)."""
         body = json.dumps({"error": "insufficient_scope", "error_description": f"Required scope: {needed}"}).encode()
         challenge = f'Bearer error="insufficient_scope", scope="{needed}", resource_metadata="{self.metadata}"'
-        await send({"type": "http.response.start", "status": 403,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"www-authenticate", challenge.encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 403,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", challenge.encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -189,8 +209,13 @@ def naming_scopes(send, scopes: list[str]):
 
     async def sending(message):
         if message["type"] == "http.response.start" and message["status"] == 401:
-            message = {**message, "headers": [(name, value + named if name.lower() == b"www-authenticate" else value)
-                                              for name, value in message["headers"]]}
+            message = {
+                **message,
+                "headers": [
+                    (name, value + named if name.lower() == b"www-authenticate" else value)
+                    for name, value in message["headers"]
+                ],
+            }
         await send(message)
 
     return sending

@@ -41,7 +41,8 @@ async def what_the_sdk_does_with_a_key() -> list[str]:
     async with Client(probe, mode="legacy") as client:  # JSON-RPC messages over memory streams
         result = await client.session.send_request(
             KeyedCall(params=KeyedCallParams(name="ran", arguments={}, idempotency_key="probe")),
-            mcp_types.CallToolResult)
+            mcp_types.CallToolResult,
+        )
     return seen + ([] if result.is_error else ["call succeeded"])
 
 

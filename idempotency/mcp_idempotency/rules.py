@@ -77,8 +77,10 @@ def whole_positive(amount: int | float) -> int:
     if amount <= 0 or (isinstance(amount, float) and not amount.is_integer()):
         raise ValueError(f"amount must be a positive whole number, not {amount!r}")
     if isinstance(amount, float) and amount >= 2**53:
-        raise ValueError(f"amount {amount!r} is not exactly a whole number (a float from 2**53 on may be rounded); "
-                         "write it as an integer")
+        raise ValueError(
+            f"amount {amount!r} is not exactly a whole number (a float from 2**53 on may be rounded); "
+            "write it as an integer"
+        )
     return int(amount)
 
 

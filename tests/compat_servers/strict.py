@@ -7,9 +7,18 @@ import json
 import sys
 
 KNOWN = {"name", "arguments", "_meta"}  # CallToolRequest.params in the 2025-11-25 schema
-TOOLS = [{"name": "charge_guarded", "inputSchema": {"type": "object", "properties": {"amount": {"type": "integer"}},
-                                                    "required": ["amount"], "additionalProperties": False}},
-         {"name": "get_balance", "inputSchema": {"type": "object", "additionalProperties": False}}]
+TOOLS = [
+    {
+        "name": "charge_guarded",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"amount": {"type": "integer"}},
+            "required": ["amount"],
+            "additionalProperties": False,
+        },
+    },
+    {"name": "get_balance", "inputSchema": {"type": "object", "additionalProperties": False}},
+]
 charges = 0
 
 
@@ -21,8 +30,11 @@ def answer(method: str, params: dict) -> dict:
     """The result for one request, or {"error": ...}."""
     global charges
     if method == "initialize":
-        return {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                "serverInfo": {"name": "strict", "version": "1"}}
+        return {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "strict", "version": "1"},
+        }
     if method == "ping":
         return {}
     if method == "tools/list":
@@ -44,8 +56,9 @@ for line in sys.stdin:
     try:
         message = json.loads(line)
     except ValueError:
-        print(json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}),
-              flush=True)
+        print(
+            json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}), flush=True
+        )
         continue
     if not isinstance(message, dict) or "id" not in message:
         continue  # a notification: nothing to answer

@@ -97,11 +97,11 @@ def stop(phase: str) -> None:
 
 def reached_in_thread(phase: str) -> None:
     """A keyed call reached `phase` in a worker thread (SQLite's statements run there)."""
-    if KILL_AT == phase:
+    if phase == KILL_AT:
         kill(phase)
-    if STOP_AT == phase:
+    if phase == STOP_AT:
         return stop(phase)
-    if PAUSE_AT != phase:
+    if phase != PAUSE_AT:
         return
     say(f"paused at {phase}")
     time.sleep(PAUSE_SECONDS)
@@ -109,11 +109,11 @@ def reached_in_thread(phase: str) -> None:
 
 async def reached(phase: str) -> None:
     """A keyed call reached `phase` on the event loop: die, or hold it there."""
-    if KILL_AT == phase:
+    if phase == KILL_AT:
         kill(phase)
-    if STOP_AT == phase:
+    if phase == STOP_AT:
         return stop(phase)
-    if PAUSE_AT != phase:
+    if phase != PAUSE_AT:
         return
     import anyio  # the server's own dependency, loaded by now
 
@@ -171,7 +171,7 @@ def before_sqlite_claim_commits(sqlite) -> None:
 
 
 def reach_after(classes, name: str, phase: str, when=lambda obj, result: True) -> None:
-    """Wrap each class's async method `name`: once it returns and `when` accepts the object and result, `phase` is reached."""
+    """Wrap each class's async method `name`: once it returns and `when(obj, result)` holds, `phase` is reached."""
     for cls in classes:
         method = getattr(cls, name)
 
@@ -185,8 +185,12 @@ def reach_after(classes, name: str, phase: str, when=lambda obj, result: True) -
 
 
 def after_claim_wins(backend) -> None:
-    reach_after([backend.SQLiteStore if hasattr(backend, "SQLiteStore") else backend.PostgresStore],
-                "claim", "after-claim", lambda _, claim: type(claim).__name__ == "Won")
+    reach_after(
+        [backend.SQLiteStore if hasattr(backend, "SQLiteStore") else backend.PostgresStore],
+        "claim",
+        "after-claim",
+        lambda _, claim: type(claim).__name__ == "Won",
+    )
 
 
 def transaction_of(backend):
@@ -223,9 +227,15 @@ def before_postgres_claim_commits(asyncpg) -> None:
 # What to wrap in each module of the server's store package (and its ledger), for each phase.
 MODULE_PATCHES = {
     "before-claim-commit": {"mcp_idempotency.stores.sqlite": before_sqlite_claim_commits},
-    "after-claim": {"mcp_idempotency.stores.sqlite": after_claim_wins, "mcp_idempotency.stores.postgres": after_claim_wins},
+    "after-claim": {
+        "mcp_idempotency.stores.sqlite": after_claim_wins,
+        "mcp_idempotency.stores.postgres": after_claim_wins,
+    },
     "after-charge": {"mcp_idempotency.demo.ledger": after_charge},
-    "after-commit": {"mcp_idempotency.stores.sqlite": after_completing_commit, "mcp_idempotency.stores.postgres": after_completing_commit},
+    "after-commit": {
+        "mcp_idempotency.stores.sqlite": after_completing_commit,
+        "mcp_idempotency.stores.postgres": after_completing_commit,
+    },
 }
 
 

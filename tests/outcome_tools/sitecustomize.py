@@ -25,8 +25,12 @@ MCPServer's own handler).
 runs = {"needs_browser_once": 0, "sheds_load_once": 0}
 
 JSONRPC_ERROR = {"code": -32099, "message": "staged: the payment processor is unreachable", "data": {"retryable": True}}
-SIGN_IN = {"mode": "url", "message": "Sign in to your bank", "url": "https://bank.example/sign-in",
-           "elicitationId": "sign-in-1"}
+SIGN_IN = {
+    "mode": "url",
+    "message": "Sign in to your bank",
+    "url": "https://bank.example/sign-in",
+    "elicitationId": "sign-in-1",
+}
 
 
 def fails_as_a_tool() -> str:

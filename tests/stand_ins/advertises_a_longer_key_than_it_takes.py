@@ -3,9 +3,8 @@
 
 from typing import Any
 
-from mcp_idempotency.layer import Idempotency
-
 from mcp_idempotency.demo import ledger_server
+from mcp_idempotency.layer import Idempotency
 
 
 class AdvertisesALongerKeyThanItTakes(Idempotency):

@@ -3,11 +3,10 @@ decision 1), so a client that branches on it cannot tell "send it again later" f
 
 from typing import Any
 
-from mcp_idempotency.layer import Idempotency
 from mcp.shared.exceptions import MCPError
 
 from mcp_idempotency.demo import ledger_server
-from mcp_idempotency.layer import CallNext
+from mcp_idempotency.layer import CallNext, Idempotency
 
 
 class DropsRetryable(Idempotency):

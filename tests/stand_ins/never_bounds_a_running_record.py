@@ -5,10 +5,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mcp_idempotency.layer import Idempotency
-
 from mcp_idempotency.demo import ledger_server
-from mcp_idempotency.layer import Principal, one_tenant
+from mcp_idempotency.layer import Idempotency, Principal, one_tenant
 from mcp_idempotency.stores import Limits
 
 CENTURY = 100 * 365 * 24 * 60 * 60.0  # as good as no bound
@@ -17,10 +15,22 @@ CENTURY = 100 * 365 * 24 * 60 * 60.0  # as good as no bound
 class NeverBoundsARunningRecord(Idempotency):
     """The layer, its store opened with a lease of a century."""
 
-    def __init__(self, store: str, *, server_info: Mapping[str, str], limits: Limits = Limits(),
-                 principal: Callable[[], Principal] = one_tenant, **rest: Any):
-        super().__init__(store, server_info=server_info, limits=dataclasses.replace(limits, lease=CENTURY),
-                         principal=principal, **rest)
+    def __init__(
+        self,
+        store: str,
+        *,
+        server_info: Mapping[str, str],
+        limits: Limits = Limits(),
+        principal: Callable[[], Principal] = one_tenant,
+        **rest: Any,
+    ):
+        super().__init__(
+            store,
+            server_info=server_info,
+            limits=dataclasses.replace(limits, lease=CENTURY),
+            principal=principal,
+            **rest,
+        )
 
 
 ledger_server.main(NeverBoundsARunningRecord)

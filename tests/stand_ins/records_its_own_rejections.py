@@ -1,7 +1,7 @@
 """A stand-in for the 2.x ledger server that breaks one rule: a conflict or in-progress rejection becomes the
 key's answer from then on, so the original's own retry is refused (S2: MUST return the earlier result)."""
 
-from typing import Any
+from typing import Any, ClassVar
 
 from mcp.shared.exceptions import MCPError
 
@@ -13,7 +13,7 @@ from mcp_idempotency.rules import CONFLICT, IN_PROGRESS
 class RecordsItsOwnRejections(Idempotency):
     """The layer, answering a key with its recorded rejection, if it has one."""
 
-    rejections: dict[str, MCPError] = {}  # key -> the rejection recorded as its outcome
+    rejections: ClassVar[dict[str, MCPError]] = {}  # key -> the rejection recorded as its outcome
 
     async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
         key = (ctx.params or {}).get("idempotencyKey")

@@ -20,8 +20,11 @@ class TrustsTheKey(auth.ScopeGate):
             message = from_json(body)
         except ValueError:
             message = None
-        if isinstance(message, dict) and isinstance(message.get("params"), dict) and \
-                message["params"].get("idempotencyKey") is not None:
+        if (
+            isinstance(message, dict)
+            and isinstance(message.get("params"), dict)
+            and message["params"].get("idempotencyKey") is not None
+        ):
             return None
         return super().scope_needed(body)
 

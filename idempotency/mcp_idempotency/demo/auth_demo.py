@@ -35,8 +35,21 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from .cluster_demo import hold_open
-from .harness import (Link, ServerLog, call_tool, free_port, linked, listening, new_key, say, send_charge,
-                      server_option, start_http_server, text, verdict)
+from .harness import (
+    Link,
+    ServerLog,
+    call_tool,
+    free_port,
+    linked,
+    listening,
+    new_key,
+    say,
+    send_charge,
+    server_option,
+    start_http_server,
+    text,
+    verdict,
+)
 
 ISSUER = ["-m", "mcp_idempotency.demo.issuer"]
 RESOURCE = "https://ledger.example/mcp"  # the deployment, as its clients know it: every instance's `aud`
@@ -69,8 +82,14 @@ class Deployment:
         port = free_port()
         self.issuer = f"http://127.0.0.1:{port}"
         with log.open("w") as errlog:
-            self.processes.append(subprocess.Popen([sys.executable, *ISSUER, "--port", str(port)],
-                                                   stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog))
+            self.processes.append(
+                subprocess.Popen(
+                    [sys.executable, *ISSUER, "--port", str(port)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=errlog,
+                    stderr=errlog,
+                )
+            )
         await listening(self.processes[-1], self.issuer, log)
         say("issuer", f"serving {self.issuer}: clients alice and bob, scopes ledger:charge and ledger:read")
 
@@ -78,8 +97,9 @@ class Deployment:
         """One instance of the 2.x ledger server, trusting the issuer, on the shared store."""
         log = self.folder / f"{name}.log"
         log.touch()
-        process, url = start_http_server(self.server, ["--verbose", "--store", self.store, "--issuer", self.issuer,
-                                          "--resource", RESOURCE], log)
+        process, url = start_http_server(
+            self.server, ["--verbose", "--store", self.store, "--issuer", self.issuer, "--resource", RESOURCE], log
+        )
         self.processes.append(process)
         await listening(process, url, log)
         self.urls[name], self.logs[name] = url, ServerLog(log, who=name)
@@ -89,7 +109,9 @@ class Deployment:
         form = {"grant_type": "client_credentials", "resource": RESOURCE, **({"scope": scope} if scope else {})}
         basic = base64.b64encode(f"{who}:{who}-secret".encode()).decode()
         async with httpx2.AsyncClient() as http:
-            answer = (await http.post(f"{self.issuer}/token", data=form, headers={"Authorization": f"Basic {basic}"})).json()
+            answer = (
+                await http.post(f"{self.issuer}/token", data=form, headers={"Authorization": f"Basic {basic}"})
+            ).json()
         say("issuer", f"← token for {who}: scope {answer['scope']}")
         return answer["access_token"]
 
@@ -103,8 +125,9 @@ class Deployment:
                 refusals.append(f"{response.status_code} {response.headers.get('www-authenticate')}")
                 say("http", f"← {instance}: {refusals[-1]}")
 
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {await self.token(who, scope)}"},
-                                  event_hooks={"response": [refused]})
+        http = httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {await self.token(who, scope)}"}, event_hooks={"response": [refused]}
+        )
         link = Link(self.logs[instance])
         client = Client(linked(streamable_http_client(self.urls[instance], http_client=http), link), mode="auto")
         await self.connections.start(hold_open, client)
@@ -146,33 +169,42 @@ async def play(store: str | None, server: list[str]) -> bool:
                 alice_on_a, alice_on_b = await deployment.caller("alice", "A"), await deployment.caller("alice", "B")
                 await charge(alice_on_a, 100, key, lose_response=True)
                 retried = await charge(alice_on_b, 100, key)
-                first = verdict(not isinstance(retried, MCPError)
-                                and alice_on_a.link.lost_result == alice_on_b.link.delivered_result
-                                and await ledger(reader) == {"balance": 100, "charges": 1},
-                                "Alice's lost response replayed for Alice, on the other instance: one charge")
+                first = verdict(
+                    not isinstance(retried, MCPError)
+                    and alice_on_a.link.lost_result == alice_on_b.link.delivered_result
+                    and await ledger(reader) == {"balance": 100, "charges": 1},
+                    "Alice's lost response replayed for Alice, on the other instance: one charge",
+                )
 
                 print("2. Bob sends Alice's key, with her arguments, to B")
                 bob = await deployment.caller("bob", "B")
                 his = await charge(bob, 100, key)
                 again = await charge(bob, 100, key)
-                second = verdict(not isinstance(his, MCPError) and text(his) == "Charged 100. New balance: 200"
-                                 and not isinstance(again, MCPError) and text(again) == text(his)
-                                 and await ledger(reader) == {"balance": 200, "charges": 2},
-                                 "Bob charged once, his own charge, then his own replay: nothing of Alice's "
-                                 "(her key is a new key for him)")
+                second = verdict(
+                    not isinstance(his, MCPError)
+                    and text(his) == "Charged 100. New balance: 200"
+                    and not isinstance(again, MCPError)
+                    and text(again) == text(his)
+                    and await ledger(reader) == {"balance": 200, "charges": 2},
+                    "Bob charged once, his own charge, then his own replay: nothing of Alice's "
+                    "(her key is a new key for him)",
+                )
 
                 print("3. Alice retries her key on A with a token narrowed to ledger:read, then with a proper one")
                 narrowed = await deployment.caller("alice", "A", "ledger:read")
                 refused = await charge(narrowed, 100, key)
                 proper = await deployment.caller("alice", "A")
                 replayed = await charge(proper, 100, key)
-                third = verdict(isinstance(refused, MCPError) and len(narrowed.refusals) == 1
-                                and narrowed.refusals[0].startswith('403 Bearer error="insufficient_scope"')
-                                and not isinstance(replayed, MCPError)
-                                and text(replayed) == "Charged 100. New balance: 100"
-                                and await ledger(reader) == {"balance": 200, "charges": 2},
-                                "403 for the narrowed token, her result not disclosed; replayed for a proper one; "
-                                "nothing charged again")
+                third = verdict(
+                    isinstance(refused, MCPError)
+                    and len(narrowed.refusals) == 1
+                    and narrowed.refusals[0].startswith('403 Bearer error="insufficient_scope"')
+                    and not isinstance(replayed, MCPError)
+                    and text(replayed) == "Charged 100. New balance: 100"
+                    and await ledger(reader) == {"balance": 200, "charges": 2},
+                    "403 for the narrowed token, her result not disclosed; replayed for a proper one; "
+                    "nothing charged again",
+                )
             finally:
                 connections.cancel_scope.cancel()
                 deployment.stop()
@@ -184,9 +216,12 @@ async def play(store: str | None, server: list[str]) -> bool:
 def main() -> None:
     """Parse the options, play, and exit 0 only if every scenario passed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", metavar="URL",
-                        help="the shared store: postgresql://... (an empty database of yours), or sqlite:PATH "
-                             "(default: a SQLite file in a temporary folder)")
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="the shared store: postgresql://... (an empty database of yours), or sqlite:PATH "
+        "(default: a SQLite file in a temporary folder)",
+    )
     server_option(parser)
     args = parser.parse_args()
     sys.exit(0 if anyio.run(play, args.store, args.server) else 1)

@@ -29,9 +29,25 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from ..rules import CONFLICT, IN_PROGRESS
-from .harness import (RESPONSE_TIMEOUT, GaveUp, Link, ServerLog, call_tool, call_until_answered, linked, listening,
-                      new_key, rejection_type, say, send_charge, server_option, short, start_http_server, text,
-                      verdict)
+from .harness import (
+    RESPONSE_TIMEOUT,
+    GaveUp,
+    Link,
+    ServerLog,
+    call_tool,
+    call_until_answered,
+    linked,
+    listening,
+    new_key,
+    rejection_type,
+    say,
+    send_charge,
+    server_option,
+    short,
+    start_http_server,
+    text,
+    verdict,
+)
 
 SLOW_CHARGE = "1"  # seconds a charge takes in scenario 4: long enough to retry meanwhile
 SHORT_LEASE = "2"  # seconds in scenario 6: how long a dead instance's claim holds the key
@@ -75,8 +91,7 @@ class Cluster:
         """Start one instance with its decision log on, and connect a Client to it."""
         log = self.folder / f"{name}-{len(self.instances)}.log"
         log.touch()
-        process, url = start_http_server(self.server, ["--verbose", "--store", store or self.store, *server_args],
-                                         log)
+        process, url = start_http_server(self.server, ["--verbose", "--store", store or self.store, *server_args], log)
         await listening(process, url, log)
         link = Link(ServerLog(log, who=name))  # the ledger demo shows the frames; here, the instances' decisions
         client = Client(linked(streamable_http_client(url), link), mode="auto")
@@ -106,19 +121,23 @@ async def hold_open(client: Client, *, task_status) -> None:
 async def paid(*instances: Instance) -> dict:
     """Ground truth: what the customer paid in all, read with get_balance from each ledger behind
     `instances` once (instances on one store share one ledger; a memory store is its instance's own)."""
-    ledgers = {(instance.store, instance.name if instance.store == "memory" else ""): instance
-               for instance in instances}
+    ledgers = {
+        (instance.store, instance.name if instance.store == "memory" else ""): instance for instance in instances
+    }
     total = {"balance": 0, "charges": 0}
-    for (store, own), instance in ledgers.items():
+    for (_, own), instance in ledgers.items():
         truth = json.loads(text(await call_tool(instance.client, "get_balance", {})))
         whose = f"{own}'s own ledger" if own else "the shared ledger"
-        say("ledger", f"{truth['charges']} charge(s), balance {truth['balance']}: {whose}, read through {instance.name}")
+        say(
+            "ledger", f"{truth['charges']} charge(s), balance {truth['balance']}: {whose}, read through {instance.name}"
+        )
         total = {name: total[name] + truth[name] for name in total}
     return total
 
 
-async def charge(instance: Instance, amount: int, key: str, lose_response: bool = False,
-                 timeout: float = RESPONSE_TIMEOUT):
+async def charge(
+    instance: Instance, amount: int, key: str, lose_response: bool = False, timeout: float = RESPONSE_TIMEOUT
+):
     """charge_guarded(amount) with `key`, sent by the load balancer to `instance`; the result, or the MCPError."""
     return await send_charge(instance.client, instance.link, amount, key, "lb", instance.name, lose_response, timeout)
 
@@ -137,9 +156,11 @@ async def per_instance_memory_charges_twice(cluster: Cluster) -> bool:
     await charge(a, 100, key, lose_response=True)
     await charge(b, 100, key)
     # With a store per instance, the ledger is per instance too: the customer pays the sum.
-    return verdict((await paid(a, b))["charges"] == 2,
-                   "the double charge happened, as it must with a store per instance (what rule L2 warns of): "
-                   "one intended charge, applied once on each instance")
+    return verdict(
+        (await paid(a, b))["charges"] == 2,
+        "the double charge happened, as it must with a store per instance (what rule L2 warns of): "
+        "one intended charge, applied once on each instance",
+    )
 
 
 async def retry_on_another_instance_replays(cluster: Cluster, key: str) -> bool:
@@ -148,10 +169,13 @@ async def retry_on_another_instance_replays(cluster: Cluster, key: str) -> bool:
     a, b = await cluster.start("A"), await cluster.start("B")
     original = await charge(a, 100, key, lose_response=True)
     retried = await charge(b, 100, key)
-    return verdict(isinstance(original, MCPError) and not isinstance(retried, MCPError)
-                   and a.link.lost_result == b.link.delivered_result
-                   and await paid(a, b) == {"balance": 100, "charges": 1},
-                   "one charge; B answered with A's recorded outcome, identical")
+    return verdict(
+        isinstance(original, MCPError)
+        and not isinstance(retried, MCPError)
+        and a.link.lost_result == b.link.delivered_result
+        and await paid(a, b) == {"balance": 100, "charges": 1},
+        "one charge; B answered with A's recorded outcome, identical",
+    )
 
 
 async def conflict_on_another_instance(cluster: Cluster, key: str) -> bool:
@@ -159,8 +183,12 @@ async def conflict_on_another_instance(cluster: Cluster, key: str) -> bool:
     print("3. The same key with other arguments, sent to B: rejected")
     a, b = cluster.latest("A"), cluster.latest("B")
     refused = await charge(b, 250, key)
-    return verdict(isinstance(refused, MCPError) and rejection_type(refused) == CONFLICT
-                   and await paid(a, b) == {"balance": 100, "charges": 1}, "conflict, nothing charged")
+    return verdict(
+        isinstance(refused, MCPError)
+        and rejection_type(refused) == CONFLICT
+        and await paid(a, b) == {"balance": 100, "charges": 1},
+        "conflict, nothing charged",
+    )
 
 
 async def in_progress_on_another_instance(cluster: Cluster) -> bool:
@@ -174,9 +202,13 @@ async def in_progress_on_another_instance(cluster: Cluster) -> bool:
     refused = await charge(b, 100, key)
     await anyio.sleep(float(SLOW_CHARGE))
     replayed = await charge(b, 100, key)
-    return verdict(isinstance(refused, MCPError) and rejection_type(refused) == IN_PROGRESS
-                   and not isinstance(replayed, MCPError) and await paid(a, b) == {"balance": 100, "charges": 1},
-                   "B refused at once while A ran, then replayed A's outcome: one charge")
+    return verdict(
+        isinstance(refused, MCPError)
+        and rejection_type(refused) == IN_PROGRESS
+        and not isinstance(replayed, MCPError)
+        and await paid(a, b) == {"balance": 100, "charges": 1},
+        "B refused at once while A ran, then replayed A's outcome: one charge",
+    )
 
 
 async def killed_after_commit_replays(cluster: Cluster) -> bool:
@@ -191,14 +223,18 @@ async def killed_after_commit_replays(cluster: Cluster) -> bool:
     a.kill()
     say("lb", "A is killed: SIGKILL, so nothing of it survives but what it committed to the store")
     replayed = await charge(b, 100, key)
-    return verdict(not isinstance(replayed, MCPError) and await paid(b) == {"balance": 100, "charges": 1},
-                   "the record and the charge committed together, so B replays: one charge")
+    return verdict(
+        not isinstance(replayed, MCPError) and await paid(b) == {"balance": 100, "charges": 1},
+        "the record and the charge committed together, so B replays: one charge",
+    )
 
 
 async def killed_mid_charge_runs_once_after_the_lease(cluster: Cluster) -> bool:
     """6: A killed while charging: B says in progress until A's lease passes, then runs it once."""
-    print(f"6. A killed (SIGKILL) in the middle of its charge: in progress until its lease ({SHORT_LEASE}s) "
-          "passes, then the retry runs once")
+    print(
+        f"6. A killed (SIGKILL) in the middle of its charge: in progress until its lease ({SHORT_LEASE}s) "
+        "passes, then the retry runs once"
+    )
     a = await cluster.start("A", "--lease", SHORT_LEASE, "--charge-delay", CRASH_CHARGE)
     b = await cluster.start("B", "--lease", SHORT_LEASE)
     await call_tool(a.client, "reset_ledger", {})
@@ -214,8 +250,10 @@ async def killed_mid_charge_runs_once_after_the_lease(cluster: Cluster) -> bool:
     except GaveUp as gave_up:
         say("lb", str(gave_up))
         waited = False
-    return verdict(waited and await paid(b) == {"balance": 100, "charges": 1},
-                   "in progress while the lease held, then B took the key over and charged: one charge in all")
+    return verdict(
+        waited and await paid(b) == {"balance": 100, "charges": 1},
+        "in progress while the lease held, then B took the key over and charged: one charge in all",
+    )
 
 
 async def restart_keeps_the_keys(cluster: Cluster, key: str) -> bool:
@@ -228,8 +266,10 @@ async def restart_keeps_the_keys(cluster: Cluster, key: str) -> bool:
     b = await cluster.start("B")
     replayed = await charge(b, 100, key)
     after = await paid(b)
-    return verdict(not isinstance(replayed, MCPError) and "Charged 100. New balance: 100" == text(replayed)
-                   and after == before, "the records outlive the processes: replayed, nothing charged again")
+    return verdict(
+        not isinstance(replayed, MCPError) and text(replayed) == "Charged 100. New balance: 100" and after == before,
+        "the records outlive the processes: replayed, nothing charged again",
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -246,26 +286,33 @@ async def play(store: str | None, server: list[str]) -> bool:
             cluster = Cluster(Path(folder), store, server, connections)
             failure_shown = await per_instance_memory_charges_twice(cluster)
             key = new_key()
-            required = [await retry_on_another_instance_replays(cluster, key),
-                        await conflict_on_another_instance(cluster, key),
-                        await in_progress_on_another_instance(cluster),
-                        await killed_after_commit_replays(cluster),
-                        await killed_mid_charge_runs_once_after_the_lease(cluster),
-                        await restart_keeps_the_keys(cluster, key)]
+            required = [
+                await retry_on_another_instance_replays(cluster, key),
+                await conflict_on_another_instance(cluster, key),
+                await in_progress_on_another_instance(cluster),
+                await killed_after_commit_replays(cluster),
+                await killed_mid_charge_runs_once_after_the_lease(cluster),
+                await restart_keeps_the_keys(cluster, key),
+            ]
             cluster.stop()
     # Scenario 1 shows the failure a shared store exists for; only the others are requirements: counted apart.
-    print(f"{1 + len(required)} scenarios: with a store per instance the retry "
-          f"{'charged twice, as it must' if failure_shown else 'did NOT charge twice'}; on a shared store, "
-          f"{sum(required)} of {len(required)} behaved as SEP-3182 requires.")
+    print(
+        f"{1 + len(required)} scenarios: with a store per instance the retry "
+        f"{'charged twice, as it must' if failure_shown else 'did NOT charge twice'}; on a shared store, "
+        f"{sum(required)} of {len(required)} behaved as SEP-3182 requires."
+    )
     return failure_shown and all(required)
 
 
 def main() -> None:
     """Parse the options, play, and exit 0 only if every scenario passed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", metavar="URL",
-                        help="the shared store: postgresql://... (an empty database of yours), or sqlite:PATH "
-                             "(default: a SQLite file in a temporary folder)")
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="the shared store: postgresql://... (an empty database of yours), or sqlite:PATH "
+        "(default: a SQLite file in a temporary folder)",
+    )
     server_option(parser)
     args = parser.parse_args()
     sys.exit(0 if anyio.run(play, args.store, args.server) else 1)

@@ -64,9 +64,14 @@ def verdict(ok: bool, claim: str) -> bool:
 
 def server_option(parser) -> None:
     """--server, for a demo's argument parser: the command it starts its servers with."""
-    parser.add_argument("--server", metavar="SCRIPT", type=lambda script: [script], default=LEDGER_SERVER,
-                        help="play against this server script instead of the package's ledger server; "
-                             "the tests pass stand-ins that break one rule")
+    parser.add_argument(
+        "--server",
+        metavar="SCRIPT",
+        type=lambda script: [script],
+        default=LEDGER_SERVER,
+        help="play against this server script instead of the package's ledger server; "
+        "the tests pass stand-ins that break one rule",
+    )
 
 
 class ServerLog:
@@ -213,8 +218,12 @@ def start_http_server(server: list[str], server_args: list[str], log: Path) -> t
     its output in `log`; its process and URL."""
     port = free_port()
     with log.open("a") as errlog:
-        process = subprocess.Popen([sys.executable, *server, *server_args, "--transport", "http",
-                                    "--port", str(port)], stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog)
+        process = subprocess.Popen(
+            [sys.executable, *server, *server_args, "--transport", "http", "--port", str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=errlog,
+            stderr=errlog,
+        )
     return process, f"http://127.0.0.1:{port}/mcp"
 
 
@@ -242,8 +251,9 @@ def new_key() -> str:
     return str(uuid.uuid4())
 
 
-async def call_tool(client: Client, name: str, arguments: dict, key: str | None = None,
-                    timeout: float | None = None) -> types.CallToolResult:
+async def call_tool(
+    client: Client, name: str, arguments: dict, key: str | None = None, timeout: float | None = None
+) -> types.CallToolResult:
     """A tools/call with the key, if any, beside `arguments` (W1); at most `timeout` seconds' wait,
     by default RESPONSE_TIMEOUT, or HELPER_TIMEOUT for the demo's own calls."""
     if timeout is None:
@@ -264,8 +274,16 @@ def text(result: types.CallToolResult) -> str:
     return result.content[0].text
 
 
-async def send_charge(client: Client, link: Link, amount: int, key: str, who: str, to: str,
-                      lose_response: bool = False, timeout: float = RESPONSE_TIMEOUT):
+async def send_charge(
+    client: Client,
+    link: Link,
+    amount: int,
+    key: str,
+    who: str,
+    to: str,
+    lose_response: bool = False,
+    timeout: float = RESPONSE_TIMEOUT,
+):
     """charge_guarded(amount) with `key`, narrated as `who` sending it to `to`; the result, or the MCPError
     it was refused with. `lose_response`: the link loses the answer, after the server sent it."""
     say(who, f"sends charge_guarded(amount={amount}), key {short(key)}, to {to}")
@@ -295,8 +313,9 @@ class Answered:
     retried: list[str]  # "timed out", or the error.data.type the server came back with
 
 
-async def call_until_answered(client: Client, name: str, arguments: dict, key: str,
-                              who: str = "client", first_back_off: float = FIRST_BACK_OFF) -> Answered:
+async def call_until_answered(
+    client: Client, name: str, arguments: dict, key: str, who: str = "client", first_back_off: float = FIRST_BACK_OFF
+) -> Answered:
     """Retry a keyed call as a client should: on a timeout at once; on in progress and store full or
     unavailable, backing off; on a conflict or an invalid key, never: those are final (P5)."""
     back_off, retried = first_back_off, []

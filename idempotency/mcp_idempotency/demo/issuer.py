@@ -90,7 +90,7 @@ requested_resource: contextvars.ContextVar[str] = contextvars.ContextVar("resour
 
 
 class Tokens(JWTBearerTokenGenerator):
-    """Authlib's JWT access tokens (iss, sub, aud, exp, iat, jti, client_id, scope), signed RS256 with the newest key."""
+    """Authlib's JWT access tokens (iss, sub, aud, exp, iat, jti, client_id, scope), signed RS256, newest key."""
 
     def __init__(self, issuer: str, keys: list[RSAKey], lifetime: int):
         super().__init__(issuer, alg="RS256", expires_generator=lambda _client, _grant_type: lifetime)
@@ -192,11 +192,13 @@ def application(issuer_url: str, keys: list[RSAKey], lifetime: int) -> Starlette
     async def described(_request: Request) -> Response:
         return JSONResponse(metadata)
 
-    return Starlette(routes=[
-        Route("/token", token, methods=["POST"]),
-        Route("/jwks", jwks),
-        Route("/.well-known/oauth-authorization-server", described),
-    ])
+    return Starlette(
+        routes=[
+            Route("/token", token, methods=["POST"]),
+            Route("/jwks", jwks),
+            Route("/.well-known/oauth-authorization-server", described),
+        ]
+    )
 
 
 def signing_key(path: Path | None) -> RSAKey:
@@ -213,18 +215,35 @@ def main() -> None:
     """Serve on 127.0.0.1 until stopped."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True, help="the port on 127.0.0.1")
-    parser.add_argument("--key", type=Path, action="append", default=[], metavar="PATH",
-                        help="a private JWK file, made if missing (repeatable: signs with the last, publishes all)")
-    parser.add_argument("--lifetime", type=int, default=3600, metavar="SECONDS",
-                        help="how long an access token is valid (default: 3600)")
-    parser.add_argument("--issuer", metavar="URL",
-                        help="the URL it names itself by, its `iss` (default: http://127.0.0.1:PORT)")
+    parser.add_argument(
+        "--key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a private JWK file, made if missing (repeatable: signs with the last, publishes all)",
+    )
+    parser.add_argument(
+        "--lifetime",
+        type=int,
+        default=3600,
+        metavar="SECONDS",
+        help="how long an access token is valid (default: 3600)",
+    )
+    parser.add_argument(
+        "--issuer", metavar="URL", help="the URL it names itself by, its `iss` (default: http://127.0.0.1:PORT)"
+    )
     args = parser.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
     issuer_url = args.issuer or f"http://127.0.0.1:{args.port}"
     keys = [signing_key(path) for path in args.key] or [signing_key(None)]
-    log.info("serving %s: clients %s, signing key %s, tokens valid %ds",
-             issuer_url, ", ".join(CLIENTS), keys[-1].kid, args.lifetime)
+    log.info(
+        "serving %s: clients %s, signing key %s, tokens valid %ds",
+        issuer_url,
+        ", ".join(CLIENTS),
+        keys[-1].kid,
+        args.lifetime,
+    )
     uvicorn.run(application(issuer_url, keys, args.lifetime), host="127.0.0.1", port=args.port, log_level="warning")
 
 

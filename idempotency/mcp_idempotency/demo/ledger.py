@@ -63,6 +63,7 @@ async def create(tx: Transaction) -> None:
     if isinstance(tx, MemoryTransaction):
         return
     if isinstance(tx, SQLiteTransaction):
+
         def made(db: sqlite3.Connection) -> None:
             db.execute(SQLITE_TABLE)
             db.execute(SQLITE_ROW)

@@ -30,8 +30,25 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from ..rules import CONFLICT
-from .harness import (RESPONSE_TIMEOUT, TIMED_OUT, GaveUp, Link, ServerLog, call_tool, call_until_answered, linked,
-                      listening, new_key, rejection_type, say, server_option, short, start_http_server, text, verdict)
+from .harness import (
+    RESPONSE_TIMEOUT,
+    TIMED_OUT,
+    GaveUp,
+    Link,
+    ServerLog,
+    call_tool,
+    call_until_answered,
+    linked,
+    listening,
+    new_key,
+    rejection_type,
+    say,
+    server_option,
+    short,
+    start_http_server,
+    text,
+    verdict,
+)
 
 SLOW_TOOL_DELAY = "1.2"  # seconds each charge takes in scenario 4: longer than the client's timeout
 
@@ -81,8 +98,9 @@ async def connect(setup: Setup, *server_args: str):
         link = Link(ServerLog(log), show_calls=True, show_every_frame=setup.show_every_frame)
         if setup.transport == "stdio":
             with log.open("w") as errlog:
-                inner = stdio_client(StdioServerParameters(command=sys.executable, args=[*setup.server, *arguments]),
-                                     errlog=errlog)
+                inner = stdio_client(
+                    StdioServerParameters(command=sys.executable, args=[*setup.server, *arguments]), errlog=errlog
+                )
                 async with Client(linked(inner, link), mode="auto") as client:  # auto: server/discover first
                     yield Demo(client, link, setup.transport)
         else:
@@ -106,8 +124,11 @@ def how_the_client_gave_up(demo: Demo) -> str:
 async def ledger(demo: Demo) -> dict:
     """Ground truth from get_balance, printed: never trust a replayed text about the balance."""
     truth = json.loads(text(await call_tool(demo.client, "get_balance", {})))
-    say("ledger", f"{truth['charges']} charge(s), balance {truth['balance']} "
-                  f"(read with get_balance, request {demo.link.last_request})")
+    say(
+        "ledger",
+        f"{truth['charges']} charge(s), balance {truth['balance']} "
+        f"(read with get_balance, request {demo.link.last_request})",
+    )
     return truth
 
 
@@ -126,8 +147,10 @@ async def charge_with_lost_response(demo: Demo, tool: str, amount: int, key: str
     except MCPError as error:
         if error.code != TIMED_OUT:
             raise
-        say("client", f"no response within {RESPONSE_TIMEOUT}s; {how_the_client_gave_up(demo)}, "
-                      "then retries the same call")
+        say(
+            "client",
+            f"no response within {RESPONSE_TIMEOUT}s; {how_the_client_gave_up(demo)}, then retries the same call",
+        )
     result = await call_tool(demo.client, tool, {"amount": amount}, key)
     say("client", f"← {text(result)}")
     return result
@@ -144,8 +167,10 @@ async def no_key_double_charges(demo: Demo) -> bool:
     await reset(demo)
     await charge_with_lost_response(demo, "charge_unguarded", 100, None)
     truth = await ledger(demo)
-    return verdict(truth == {"balance": 200, "charges": 2},
-                   "the double charge happened, as it must without a key: one intended charge of 100, applied twice")
+    return verdict(
+        truth == {"balance": 200, "charges": 2},
+        "the double charge happened, as it must without a key: one intended charge of 100, applied twice",
+    )
 
 
 async def key_deduplicates(demo: Demo, key: str) -> bool:
@@ -156,11 +181,20 @@ async def key_deduplicates(demo: Demo, key: str) -> bool:
     await charge_with_lost_response(demo, "charge_guarded", 100, key)
     lost, delivered = demo.link.lost_result, demo.link.delivered_result  # both as they came off the wire
     say("client", f"lost response: {lost['content'][0]['text']!r}; the retry's: {delivered['content'][0]['text']!r}")
-    say("client", "the two results compared whole: " + ("identical, the original outcome with no replay marker "
-                                                        "(P6; the SEP defines none, row S2b)" if lost == delivered else "NOT identical"))
+    say(
+        "client",
+        "the two results compared whole: "
+        + (
+            "identical, the original outcome with no replay marker (P6; the SEP defines none, row S2b)"
+            if lost == delivered
+            else "NOT identical"
+        ),
+    )
     truth = await ledger(demo)
-    return verdict(truth == {"balance": 100, "charges": 1} and lost == delivered,
-                   "one charge; the retry got the original outcome without running the tool again")
+    return verdict(
+        truth == {"balance": 100, "charges": 1} and lost == delivered,
+        "one charge; the retry got the original outcome without running the tool again",
+    )
 
 
 async def conflicting_arguments_rejected(demo: Demo, key: str) -> bool:
@@ -178,14 +212,18 @@ async def conflicting_arguments_rejected(demo: Demo, key: str) -> bool:
     original = await call_tool(demo.client, "charge_guarded", {"amount": 100}, key)
     say("client", f"← {text(original)}")
     unchanged = await ledger(demo)
-    return verdict(rejected_as == CONFLICT and truth == unchanged == {"balance": 100, "charges": 1},
-                   "conflict rejected, nothing charged, and the original key still replays")
+    return verdict(
+        rejected_as == CONFLICT and truth == unchanged == {"balance": 100, "charges": 1},
+        "conflict rejected, nothing charged, and the original key still replays",
+    )
 
 
 async def slow_tool_retried_until_replayed(setup: Setup) -> bool:
     """Scenario 4: the usual retry: a tool slower than the client's timeout, retried with back-off."""
-    print(f"4. A tool slower than the client's timeout (each charge takes {SLOW_TOOL_DELAY}s, "
-          f"the client waits {RESPONSE_TIMEOUT}s)")
+    print(
+        f"4. A tool slower than the client's timeout (each charge takes {SLOW_TOOL_DELAY}s, "
+        f"the client waits {RESPONSE_TIMEOUT}s)"
+    )
     key = new_key()
     async with connect(setup, "--charge-delay", SLOW_TOOL_DELAY) as demo:
         say("client", f"calls charge_guarded(amount=100) with idempotencyKey {short(key)}, retrying until answered")
@@ -195,8 +233,9 @@ async def slow_tool_retried_until_replayed(setup: Setup) -> bool:
         except GaveUp as gave_up:
             say("client", str(gave_up))
         truth = await ledger(demo)
-    return verdict(truth == {"balance": 100, "charges": 1},
-                   "timed out, told in progress, backed off, got the replay: one charge")
+    return verdict(
+        truth == {"balance": 100, "charges": 1}, "timed out, told in progress, backed off, got the replay: one charge"
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -211,8 +250,10 @@ def relies_on_deduplication(demo: Demo) -> bool:
         say("client", f"the SDK negotiated {demo.client.protocol_version} without server/discover")
         return False
     advertised = demo.link.discovered.get("capabilities", {}).get("tools", {}).get("idempotency")
-    say("client", f"server/discover → {demo.client.protocol_version}, "
-                  f"capabilities.tools.idempotency = {json.dumps(advertised)}")
+    say(
+        "client",
+        f"server/discover → {demo.client.protocol_version}, capabilities.tools.idempotency = {json.dumps(advertised)}",
+    )
     if not isinstance(advertised, dict):
         return False
     # P11': the demo's keys are UUIDs; a server that takes shorter keys would refuse every one.
@@ -249,17 +290,23 @@ async def play(transports: list[str], show_every_frame: bool, server: list[str])
         failures_shown.append(played[0])
         required += played[1]
     # Scenario 1 shows the failure SEP-3182 exists for; only the others are its requirements: counted apart.
-    print(f"{len(failures_shown) + len(required)} scenarios over {' and '.join(transports)}: without a key the retry "
-          f"{'charged twice, as it must' if all(failures_shown) else 'did NOT charge twice'}; with SEP-3182, "
-          f"{sum(required)} of {len(required)} behaved as it requires.")
+    print(
+        f"{len(failures_shown) + len(required)} scenarios over {' and '.join(transports)}: without a key the retry "
+        f"{'charged twice, as it must' if all(failures_shown) else 'did NOT charge twice'}; with SEP-3182, "
+        f"{sum(required)} of {len(required)} behaved as it requires."
+    )
     return all(failures_shown) and all(required)
 
 
 def main() -> None:
     """Parse the options, play, and exit 0 only if every scenario passed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--transport", choices=["stdio", "http"], action="append",
-                        help="play over this transport only (default: stdio, then http)")
+    parser.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        action="append",
+        help="play over this transport only (default: stdio, then http)",
+    )
     parser.add_argument("--wire", action="store_true", help="print every JSON-RPC frame in both directions")
     server_option(parser)
     args = parser.parse_args()
