@@ -32,10 +32,8 @@ try:
 except ImportError as missing:  # P12: no SDK, a broken one, or mcp 2.x (it drops the key)
     if __name__ != "__main__":
         raise
-    sys.exit(
-        f"client_demo.py needs the mcp 1.x SDK, which this Python cannot import ({missing}); set it up with: "
-        "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt"
-    )
+    sys.exit(f"client_demo.py needs the mcp 1.x SDK, which this Python cannot import ({missing}); set it up with: "
+             "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt")
 
 SERVER = Path(__file__).with_name("server.py")
 RESPONSE_TIMEOUT = 0.5  # seconds; the server answers in milliseconds, so only a lost or slow response times out
@@ -103,11 +101,8 @@ class ServerLog:
         for line in text.splitlines():
             # The server's own decisions: not SDK chatter, not its start (the client announces it in
             # the README's units), not about the demo's helper calls.
-            if (
-                line.startswith("idempotency: ")
-                and not line.startswith("idempotency: serving:")
-                and not line.endswith(tuple(f"tool={name}" for name in HELPERS))
-            ):
+            if (line.startswith("idempotency: ") and not line.startswith("idempotency: serving:")
+                    and not line.endswith(tuple(f"tool={name}" for name in HELPERS))):
                 line = line.removeprefix("idempotency: ")
                 for key in self.keys:
                     line = line.replace(repr(key), short(key))
@@ -183,12 +178,9 @@ class Link:
                         continue
                     if isinstance(reply, types.JSONRPCResponse) and reply.id in self.abandoned:
                         self.abandoned.discard(reply.id)
-                        say(
-                            "link",
-                            f"← request {reply.id}'s answer arrives late: "
-                            f"{reply.result['content'][0]['text']!r}; the client gave up on it, so its "
-                            "session drops it (the retry is answered with the same outcome)",
-                        )
+                        say("link", f"← request {reply.id}'s answer arrives late: "
+                                    f"{reply.result['content'][0]['text']!r}; the client gave up on it, so its "
+                                    "session drops it (the retry is answered with the same outcome)")
                     elif isinstance(reply, types.JSONRPCResponse):
                         self.delivered_result = reply.result
                 await to_session.send(message)
@@ -219,11 +211,8 @@ async def connect(show_every_frame: bool, *server_args: str):
     """Spawn server.py with this interpreter, its decision log on, open a client session through a link,
     and check the capability before relying on keys (C3), as on every server the demo starts."""
     settings = {"--retention": str(24 * 3600), "--charge-delay": "0", **dict(zip(server_args[::2], server_args[1::2]))}
-    say(
-        "client",
-        f"starts server.py, a new process with its own store: keys kept {duration(settings['--retention'])}, "
-        f"each charge takes {duration(settings['--charge-delay'])}",
-    )
+    say("client", f"starts server.py, a new process with its own store: keys kept {duration(settings['--retention'])}, "
+                  f"each charge takes {duration(settings['--charge-delay'])}")
     params = StdioServerParameters(command=sys.executable, args=[str(SERVER), "--verbose", *server_args])
     with tempfile.TemporaryDirectory() as folder, (Path(folder) / "server.log").open("w") as errlog:
         async with stdio_client(params, errlog=errlog) as (from_server, to_server):
@@ -262,15 +251,11 @@ def tool_call(name: str, arguments: dict, key: str | None = None) -> types.CallT
     return types.CallToolRequest(method="tools/call", params=params)
 
 
-async def call_tool(
-    session: ClientSession, name: str, arguments: dict, key: str | None = None, timeout: float = RESPONSE_TIMEOUT
-) -> types.CallToolResult:
+async def call_tool(session: ClientSession, name: str, arguments: dict, key: str | None = None,
+                    timeout: float = RESPONSE_TIMEOUT) -> types.CallToolResult:
     """Send a tools/call and wait at most `timeout` seconds for its result."""
-    return await session.send_request(
-        types.ClientRequest(tool_call(name, arguments, key)),
-        types.CallToolResult,
-        request_read_timeout_seconds=timedelta(seconds=timeout),
-    )
+    return await session.send_request(types.ClientRequest(tool_call(name, arguments, key)), types.CallToolResult,
+                                      request_read_timeout_seconds=timedelta(seconds=timeout))
 
 
 def timed_out(error: McpError) -> bool:
@@ -315,11 +300,8 @@ def text(result: types.CallToolResult) -> str:
 async def ledger(demo: Demo) -> dict:
     """Ground truth from get_balance, printed: never trust a replayed text about the balance."""
     truth = json.loads(text(await call_tool(demo.session, "get_balance", {})))
-    say(
-        "ledger",
-        f"{truth['charges']} charge(s), balance {truth['balance']} "
-        f"(read with get_balance, request {demo.link.last_request})",
-    )
+    say("ledger", f"{truth['charges']} charge(s), balance {truth['balance']} "
+                  f"(read with get_balance, request {demo.link.last_request})")
     return truth
 
 
@@ -338,11 +320,8 @@ async def charge_with_lost_response(demo: Demo, tool: str, amount: int, key: str
     except McpError as error:
         if not timed_out(error):
             raise
-        say(
-            "client",
-            f"no response within {RESPONSE_TIMEOUT}s; the 1.x client stops waiting (it sends no cancel) "
-            "and retries the same call",
-        )
+        say("client", f"no response within {RESPONSE_TIMEOUT}s; the 1.x client stops waiting (it sends no cancel) "
+                      "and retries the same call")
     result = await call_tool(demo.session, tool, {"amount": amount}, key)
     say("client", f"← {text(result)}")
     return result
@@ -359,10 +338,8 @@ async def no_key_double_charges(demo: Demo) -> bool:
     await reset(demo)
     await charge_with_lost_response(demo, "charge_unguarded", 100, None)
     truth = await ledger(demo)
-    return verdict(
-        truth == {"balance": 200, "charges": 2},
-        "the double charge happened, as it must without a key: one intended charge of 100, applied twice",
-    )
+    return verdict(truth == {"balance": 200, "charges": 2},
+                   "the double charge happened, as it must without a key: one intended charge of 100, applied twice")
 
 
 async def key_deduplicates(demo: Demo, key: str) -> bool:
@@ -373,20 +350,12 @@ async def key_deduplicates(demo: Demo, key: str) -> bool:
     await charge_with_lost_response(demo, "charge_guarded", 100, key)
     lost, delivered = demo.link.lost_result, demo.link.delivered_result  # both as they came off the wire
     say("client", f"lost response: {lost['content'][0]['text']!r}; the retry's: {delivered['content'][0]['text']!r}")
-    say(
-        "client",
-        "the two results compared whole: "
-        + (
-            "identical, the original outcome with no replay marker (P6; the SEP defines none, row S2b)"
-            if lost == delivered
-            else "NOT identical"
-        ),
-    )
+    say("client", "the two results compared whole: " + ("identical, the original outcome with no replay marker "
+                                                        "(P6; the SEP defines none, row S2b)" if lost == delivered
+                                                        else "NOT identical"))
     truth = await ledger(demo)
-    return verdict(
-        truth == {"balance": 100, "charges": 1} and lost == delivered,
-        "one charge; the retry got the original outcome without running the tool again",
-    )
+    return verdict(truth == {"balance": 100, "charges": 1} and lost == delivered,
+                   "one charge; the retry got the original outcome without running the tool again")
 
 
 async def conflicting_arguments_rejected(demo: Demo, key: str) -> bool:
@@ -404,10 +373,8 @@ async def conflicting_arguments_rejected(demo: Demo, key: str) -> bool:
     original = await call_tool(demo.session, "charge_guarded", {"amount": 100}, key)
     say("client", f"← {text(original)}")
     unchanged = await ledger(demo)
-    return verdict(
-        rejected_as == CONFLICT and truth == unchanged == {"balance": 100, "charges": 1},
-        "conflict rejected, nothing charged, and the original key still replays",
-    )
+    return verdict(rejected_as == CONFLICT and truth == unchanged == {"balance": 100, "charges": 1},
+                   "conflict rejected, nothing charged, and the original key still replays")
 
 
 async def in_flight_duplicate_rejected(show_every_frame: bool) -> bool:
@@ -432,29 +399,21 @@ async def in_flight_duplicate_rejected(show_every_frame: bool) -> bool:
             except McpError as error:
                 rejected_as = rejection_type(error)
                 waited = (anyio.current_time() - started) * 1000
-                say(
-                    "client",
-                    f"← error {error.error.code}: {error.error.message} "
-                    f"(data.type {rejected_as}, after {waited:.0f} ms, not held waiting)",
-                )
+                say("client", f"← error {error.error.code}: {error.error.message} "
+                              f"(data.type {rejected_as}, after {waited:.0f} ms, not held waiting)")
         say("client", f"← {text(outcome['original'])} (the original, once it finished)")
         retried = await call_tool(demo.session, "charge_guarded", {"amount": 100}, key)
         say("client", f"← {text(retried)} (the retry, after it finished)")
         truth = await ledger(demo)
-    return verdict(
-        rejected_as == IN_PROGRESS
-        and text(retried) == text(outcome["original"])
-        and truth == {"balance": 100, "charges": 1},
-        "rejected at once while running, replayed once finished, charged once",
-    )
+    return verdict(rejected_as == IN_PROGRESS and text(retried) == text(outcome["original"])
+                   and truth == {"balance": 100, "charges": 1},
+                   "rejected at once while running, replayed once finished, charged once")
 
 
 async def slow_tool_retried_until_replayed(show_every_frame: bool) -> bool:
     """Scenario 5: the usual retry: a tool slower than the client's timeout, retried with back-off."""
-    print(
-        f"5. A tool slower than the client's timeout (each charge takes {SLOW_TOOL_DELAY}s, "
-        f"the client waits {RESPONSE_TIMEOUT}s)"
-    )
+    print(f"5. A tool slower than the client's timeout (each charge takes {SLOW_TOOL_DELAY}s, "
+          f"the client waits {RESPONSE_TIMEOUT}s)")
     key = new_key()
     async with connect(show_every_frame, "--charge-delay", SLOW_TOOL_DELAY) as demo:
         say("client", f"calls charge_guarded(amount=100) with idempotencyKey {short(key)}, retrying until answered")
@@ -463,9 +422,8 @@ async def slow_tool_retried_until_replayed(show_every_frame: bool) -> bool:
         except GaveUp as gave_up:
             say("client", str(gave_up))
         truth = await ledger(demo)
-    return verdict(
-        truth == {"balance": 100, "charges": 1}, "timed out, told in progress, backed off, got the replay: one charge"
-    )
+    return verdict(truth == {"balance": 100, "charges": 1},
+                   "timed out, told in progress, backed off, got the replay: one charge")
 
 
 async def guarded_tool_without_key_unchanged(demo: Demo) -> bool:
@@ -490,10 +448,8 @@ async def expired_key_runs_anew(show_every_frame: bool) -> bool:
         await anyio.sleep(float(SHORT_RETENTION) + 0.5)
         say("client", f"← {text(await call_tool(demo.session, 'charge_guarded', {'amount': 100}, key))}")
         truth = await ledger(demo)
-    return verdict(
-        truth == {"balance": 200, "charges": 2},
-        "the expired key ran anew: the window is bounded (R1, R5; 24 hours by default, P8)",
-    )
+    return verdict(truth == {"balance": 200, "charges": 2},
+                   "the expired key ran anew: the window is bounded (R1, R5; 24 hours by default, P8)")
 
 
 # ----------------------------------------------------------------------------
@@ -508,42 +464,32 @@ async def play(show_all: bool, show_every_frame: bool) -> bool:
     try:
         async with connect(show_every_frame) as demo:
             say("client", "the server deduplicates by idempotencyKey: the client may rely on it")
-            say(
-                "client",
-                "(charge_unguarded and charge_guarded are one function: the name only labels which call "
-                "the demo sends with a key; the SEP has no per-tool opt-in, so either honours one)\n",
-            )
+            say("client", "(charge_unguarded and charge_guarded are one function: the name only labels which call "
+                          "the demo sends with a key; the SEP has no per-tool opt-in, so either honours one)\n")
             failure_shown = await no_key_double_charges(demo)
             required = [await key_deduplicates(demo, key), await conflicting_arguments_rejected(demo, key)]
             if show_all:
-                required += [
-                    await in_flight_duplicate_rejected(show_every_frame),
-                    await slow_tool_retried_until_replayed(show_every_frame),
-                    await guarded_tool_without_key_unchanged(demo),
-                    await expired_key_runs_anew(show_every_frame),
-                ]
+                required += [await in_flight_duplicate_rejected(show_every_frame),
+                             await slow_tool_retried_until_replayed(show_every_frame),
+                             await guarded_tool_without_key_unchanged(demo),
+                             await expired_key_runs_anew(show_every_frame)]
     except NotAdvertised:
         say("client", "the server does not advertise idempotency: refusing to rely on keys")
         return False
-    print(
-        f"{1 + len(required)} scenarios: without a key the retry "
-        f"{'charged twice, as it must' if failure_shown else 'did NOT charge twice'}; with SEP-3182, "
-        f"{sum(required)} of {len(required)} behaved as it requires."
-    )
+    print(f"{1 + len(required)} scenarios: without a key the retry "
+          f"{'charged twice, as it must' if failure_shown else 'did NOT charge twice'}; with SEP-3182, "
+          f"{sum(required)} of {len(required)} behaved as it requires.")
     return failure_shown and all(required)
 
 
 def main() -> None:
     """Check the SDK, parse the options, play, and exit 0 only if every scenario passed."""
     if not sdk_keeps_the_key():
-        sys.exit(
-            f"mcp {version('mcp')} does not keep idempotencyKey in tools/call params, so the demo could not "
-            "send one; install the 1.x SDK this demo pins: pip install -r requirements.txt"
-        )
+        sys.exit(f"mcp {version('mcp')} does not keep idempotencyKey in tools/call params, so the demo could not "
+                 "send one; install the 1.x SDK this demo pins: pip install -r requirements.txt")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--all", action="store_true", help="also play 4-7: a duplicate in flight, a slow tool, no key, an expired key"
-    )
+    parser.add_argument("--all", action="store_true",
+                        help="also play 4-7: a duplicate in flight, a slow tool, no key, an expired key")
     parser.add_argument("--wire", action="store_true", help="print every JSON-RPC frame in both directions")
     args = parser.parse_args()
     sys.exit(0 if anyio.run(play, args.all, args.wire) else 1)
