@@ -109,12 +109,14 @@ def undo(choice: str) -> None:
     else:  # eager-savepoints
         # A savepoint is sent with the next statement; one read through the unit of work's
         # own interface, at once, sends it in a trip of its own, as an eager savepoint would.
+        from mcp_idempotency.demo import ledger
+
         enter = stores.UnitOfWork.__aenter__
 
         async def eager_enter(self):
             tx = await enter(self)
             if self.outer is not None:
-                await tx.ledger()
+                await ledger.read(tx)
             return tx
 
         stores.UnitOfWork.__aenter__ = eager_enter
