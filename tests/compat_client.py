@@ -10,18 +10,14 @@ the count read after says whether the second ran. tests/test_backward_compatibil
 import json
 import os
 import sys
-from pathlib import Path
 
 import anyio
 import mcp_types
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
+from policy import GaveUp, KeyRefused, Policy, call_tool, discover_settings, new_key
 
 from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "retry"))
-
-from policy import GaveUp, KeyRefused, Policy, call_tool, discover_settings, new_key
 
 
 async def charges(session) -> int:

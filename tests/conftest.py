@@ -12,9 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 
 import pytest
-from wire import REPLY_TIMEOUT, ROOT, SERVER, TARGETS, start
-
-sys.path.insert(0, str(ROOT))
+from wire import REPLY_TIMEOUT, SERVER, TARGETS, start
 
 
 def pytest_addoption(parser):

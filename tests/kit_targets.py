@@ -12,6 +12,7 @@ stand-in must fall short on exactly the checks its one broken rule covers.
 """
 
 import argparse
+import importlib.util
 import json
 import socket
 import subprocess
@@ -24,10 +25,12 @@ from pathlib import Path
 from oauth import READ, RESOURCE, Issuer
 from wire import ROOT, SDK2_SERVER, free_port, sdk2_python
 
-sys.path.insert(0, str(ROOT / "conformance"))
-import kit
-
 KIT = ROOT / "conformance" / "kit.py"
+# The kit is one file that outsiders run as it is, not a package: loaded from its path.
+_spec = importlib.util.spec_from_file_location("kit", KIT)
+kit = importlib.util.module_from_spec(_spec)
+sys.modules["kit"] = kit
+_spec.loader.exec_module(kit)
 TYPESCRIPT = ROOT / "typescript"
 PYTHON_1X = sys.executable  # the interpreter that runs this has mcp 1.x, as conftest.py assumes for 1x-stdio
 VARIANTS = {

@@ -9,13 +9,9 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import anyio
 from mcp import Client, StdioServerParameters
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "retry"))
-
 from policy import GaveUp, KeyRefused, KeyTooLong, Policy, WindowPassed, call_tool, discover_settings
 
 QUICK = Policy(timeout=0.5, attempts=6, first_back_off=0.1, max_back_off=0.4)

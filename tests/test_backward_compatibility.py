@@ -8,6 +8,7 @@ retry charges twice), a strict one refuses it with -32602 and runs nothing; none
 so a client that checks it first (C3) knows not to rely on keys before it sends one."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -27,6 +28,7 @@ def sdk2_clients(server: str) -> dict:
     """The 2.x SDK's KeyedCall and retry/policy.py against `server` (tests/compat_client.py's report)."""
     ran = subprocess.run(
         [sdk2_python(), str(ROOT / "tests/compat_client.py"), "--", *SERVERS[server]()],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "retry")},  # retry/policy.py, a file to copy, not a package
         capture_output=True,
         text=True,
         timeout=90,

@@ -4,6 +4,7 @@ in a 2.x client (tests/retry_settings_client.py) against a real 2.x server over 
 the layer as issue 25 makes it, with a key length and rejections of its own choosing)."""
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -14,6 +15,7 @@ def run(scenario: str, *server_options: str) -> dict:
     server = [sdk2_python(), str(ROOT / "tests" / "policy_server.py"), "--store", "memory", *server_options]
     ran = subprocess.run(
         [sdk2_python(), str(ROOT / "tests" / "retry_settings_client.py"), scenario, "--", *server],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "retry")},  # retry/policy.py, a file to copy, not a package
         capture_output=True,
         text=True,
         timeout=60,
