@@ -7,16 +7,15 @@ the windows are a second long and the test waits them out.
 """
 
 import subprocess
-import sys
 
 import anyio
 import pytest
-
 from conftest import FakeClock
 from stores import execute
+from wire import SDK2_SERVER, sdk2_python
+
 from mcp_idempotency.demo import ledger as the_ledger
 from mcp_idempotency.stores import Full, Held, Limits, Won, may_take, memory, postgres, sqlite
-from wire import SDK2_SERVER, sdk2_python
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("2x-stdio", "2x-http")]
 
@@ -47,8 +46,12 @@ async def open_one(kind: str, limits: Limits, request, tmp_path) -> Opened:
         opened = Opened(await postgres.PostgresStore.open(request.getfixturevalue("postgres_url"), limits), None)
     else:
         clock = FakeClock()
-        opened = Opened(memory.MemoryStore(limits, clock) if kind == "memory"
-                        else sqlite.SQLiteStore(str(tmp_path / "store.db"), limits, clock), clock)
+        opened = Opened(
+            memory.MemoryStore(limits, clock)
+            if kind == "memory"
+            else sqlite.SQLiteStore(str(tmp_path / "store.db"), limits, clock),
+            clock,
+        )
     await with_ledger(opened.store)
     return opened
 
@@ -93,7 +96,7 @@ async def test_completed_record_replays_inside_its_window_and_is_dropped_after_i
 async def test_full_store_refuses_a_new_key_and_takes_one_again_once_a_record_expires(opened):
     store = opened.store
     for key in ("a", "b"):
-        claim = await store.claim(key, FINGERPRINT)
+        assert isinstance(await store.claim(key, FINGERPRINT), Won)
         assert await charged(store, key)
 
     assert await store.claim("c", FINGERPRINT) == Full()
@@ -219,8 +222,9 @@ async def test_a_nested_unit_of_work_that_fails_undoes_its_own_writes_only(opene
 
 # P8, P18: each kind of record a claim can meet, past or within its deadline, by the same
 # request or another: (status, deadline passed, same fingerprint).
-TAKEOVER_CASES = [(status, passed, same) for status in ("running", "completed")
-                  for passed in (True, False) for same in (True, False)]
+TAKEOVER_CASES = [
+    (status, passed, same) for status in ("running", "completed") for passed in (True, False) for same in (True, False)
+]
 # Where the key is taken: an expired record, by any request; a passed lease, by the same request only.
 TAKEN = {("completed", True, True), ("completed", True, False), ("running", True, True)}
 
@@ -272,8 +276,9 @@ async def test_claims_and_completions_at_once_under_any_default_isolation_level_
 
     admin = await asyncpg.connect(postgres_url)
     try:
-        await admin.execute(f"ALTER DATABASE {postgres_url.rsplit('/', 1)[1]} SET default_transaction_isolation = "
-                            f"'{isolation}'")
+        await admin.execute(
+            f"ALTER DATABASE {postgres_url.rsplit('/', 1)[1]} SET default_transaction_isolation = '{isolation}'"
+        )
     finally:
         await admin.close()
     store = await postgres.PostgresStore.open(postgres_url, Limits(retention=60, lease=30, max_records=1000))
@@ -362,8 +367,13 @@ BAD_STORES = [
 
 @pytest.mark.parametrize(("url", "said"), BAD_STORES)
 def test_a_store_that_cannot_be_opened_stops_the_server_with_one_line(url, said):
-    refused = subprocess.run([sdk2_python(), *SDK2_SERVER, "--store", url],
-                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [sdk2_python(), *SDK2_SERVER, "--store", url],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert refused.returncode == 1 and refused.stdout == ""
     [line] = refused.stderr.splitlines()
@@ -371,16 +381,23 @@ def test_a_store_that_cannot_be_opened_stops_the_server_with_one_line(url, said)
 
 
 # The layout the previous version made (schema 1): NULL patterns across columns.
-SCHEMA_1 = ("CREATE TABLE idempotency_records (key TEXT PRIMARY KEY, fingerprint BYTEA NOT NULL, owner TEXT, "
-            "lease_until REAL, outcome TEXT, expires_at REAL)")
+SCHEMA_1 = (
+    "CREATE TABLE idempotency_records (key TEXT PRIMARY KEY, fingerprint BYTEA NOT NULL, owner TEXT, "
+    "lease_until REAL, outcome TEXT, expires_at REAL)"
+)
 
 
 def test_a_store_made_by_the_previous_version_stops_the_server_with_one_line(store_url):
     """Issue 16, findings 7 and 12: the schema version is recorded and checked; an old store was
     silently used with the new code's statements (or, on PostgreSQL, never upgraded)."""
     execute(store_url, SCHEMA_1)
-    refused = subprocess.run([sdk2_python(), *SDK2_SERVER, "--store", store_url],
-                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [sdk2_python(), *SDK2_SERVER, "--store", store_url],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert refused.returncode == 1 and refused.stdout == ""
     [line] = refused.stderr.splitlines()

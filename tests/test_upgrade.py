@@ -17,10 +17,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp_idempotency.rules import fingerprint
 from stores import execute, read_store
 from test_store import SCHEMA_1
 from wire import SDK2_SERVER, sdk2_python, start, text_of
+
+from mcp_idempotency.rules import fingerprint
 
 pytestmark = pytest.mark.targets("2x-http")
 
@@ -30,8 +31,9 @@ STORE_KEY = json.dumps(["one tenant", KEY])  # K2: the one tenant's key, as the 
 FINGERPRINT = fingerprint("charge_guarded", {"amount": 100})
 CHARGED = "Charged 100. New balance: 250"  # the second charge of the ledger below
 # P6, P20: recorded for a 2025 revision; the retry speaks 2026-07-28, so the replay is reshaped, not re-run.
-OUTCOME = json.dumps({"revision": "2025-06-18",
-                      "result": {"content": [{"type": "text", "text": CHARGED}], "isError": False}})
+OUTCOME = json.dumps(
+    {"revision": "2025-06-18", "result": {"content": [{"type": "text", "text": CHARGED}], "isError": False}}
+)
 LEDGER = {"balance": 250, "charges": 2}
 
 
@@ -42,8 +44,11 @@ def made_by_version_2(url: str) -> None:
             db.execute("PRAGMA journal_mode = WAL")
             db.executescript(f"BEGIN IMMEDIATE; {(FIXTURES / 'sqlite_v2.sql').read_text()} COMMIT;")
             db.execute("BEGIN IMMEDIATE")
-            db.execute("INSERT INTO idempotency_records (key, fingerprint, status, deadline, outcome) "
-                       "VALUES (?, ?, 'completed', ?, ?)", (STORE_KEY, FINGERPRINT, time.time() + 3600, OUTCOME))
+            db.execute(
+                "INSERT INTO idempotency_records (key, fingerprint, status, deadline, outcome) "
+                "VALUES (?, ?, 'completed', ?, ?)",
+                (STORE_KEY, FINGERPRINT, time.time() + 3600, OUTCOME),
+            )
             db.execute("UPDATE idempotency_record_count SET n = 1")
             db.execute("UPDATE ledger SET balance = ?, charges = ?", (LEDGER["balance"], LEDGER["charges"]))
             db.execute("COMMIT")
@@ -56,9 +61,13 @@ def made_by_version_2(url: str) -> None:
         try:
             async with db.transaction():
                 await db.execute((FIXTURES / "postgres_v2.sql").read_text())
-                await db.execute("INSERT INTO idempotency_records (key, fingerprint, status, deadline, outcome) "
-                                 "VALUES ($1, $2, 'completed', clock_timestamp() + interval '1 hour', $3)",
-                                 STORE_KEY, FINGERPRINT, OUTCOME)
+                await db.execute(
+                    "INSERT INTO idempotency_records (key, fingerprint, status, deadline, outcome) "
+                    "VALUES ($1, $2, 'completed', clock_timestamp() + interval '1 hour', $3)",
+                    STORE_KEY,
+                    FINGERPRINT,
+                    OUTCOME,
+                )
                 await db.execute("UPDATE idempotency_record_count SET n = 1")
                 await db.execute("UPDATE ledger SET balance = $1, charges = $2", LEDGER["balance"], LEDGER["charges"])
         finally:

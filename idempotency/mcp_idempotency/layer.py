@@ -174,8 +174,14 @@ class Idempotency:
     the method that makes it; tests/stand_ins/ do, to break one rule each.
     """
 
-    def __init__(self, store: str, *, server_info: Mapping[str, str], limits: Limits = Limits(),
-                 principal: Callable[[], Principal] = one_tenant):
+    def __init__(
+        self,
+        store: str,
+        *,
+        server_info: Mapping[str, str],
+        limits: Limits = Limits(),
+        principal: Callable[[], Principal] = one_tenant,
+    ):
         self.store_url, self.limits, self.principal = store, limits, principal
         self.server_info = dict(server_info)
         self._store: Store | None = None
@@ -292,8 +298,9 @@ class Idempotency:
         # 2026-07-28 results carry resultType and a serverInfo stamp in _meta that the
         # 2025 handshake revisions do not define, and a 2026 client requires them.
         result = dict(result)
-        meta = {name: value for name, value in result.pop("_meta", {}).items()
-                if name != mcp_types.SERVER_INFO_META_KEY}
+        meta = {
+            name: value for name, value in result.pop("_meta", {}).items() if name != mcp_types.SERVER_INFO_META_KEY
+        }
         result.pop("resultType", None)
         if revision in MODERN_PROTOCOL_VERSIONS:
             result["resultType"] = "complete"
@@ -305,8 +312,9 @@ class Idempotency:
 
     # -- P4.1: the key is ours: run the tool once, and record what it produced --
 
-    async def run_once(self, ctx: Any, call_next: CallNext, key: str, store_key: str,
-                       fingerprint: bytes, owner: str) -> dict[str, Any]:
+    async def run_once(
+        self, ctx: Any, call_next: CallNext, key: str, store_key: str, fingerprint: bytes, owner: str
+    ) -> dict[str, Any]:
         """P4.1, P6', P7, P17, P18, P23: run the tool to completion and record its outcome with its side effect."""
         log.debug("claimed: key=%r tool=%s", key, ctx.params["name"])
         # P7: a cancel (the 2.x client sends one on a stdio timeout) or a vanished
@@ -341,8 +349,9 @@ class Idempotency:
             raise outcome
         return outcome
 
-    async def run_and_record(self, ctx: Any, call_next: CallNext, key: str, store_key: str,
-                             fingerprint: bytes) -> tuple[Outcome, bool]:
+    async def run_and_record(
+        self, ctx: Any, call_next: CallNext, key: str, store_key: str, fingerprint: bytes
+    ) -> tuple[Outcome, bool]:
         """P17, P18: run the tool and complete its record in one unit of work: (the outcome, recorded or fenced)."""
         # P17: the tool's own writes to the store join this unit of work, so the charge
         # and the completed record commit together or not at all.

@@ -18,7 +18,6 @@ Every verdict is read from the ledger, which lives in the store beside the recor
        disclosed; with a proper token, the replay (K3).
 """
 
-import argparse
 import base64
 import json
 import subprocess
@@ -43,9 +42,9 @@ from .harness import (
     linked,
     listening,
     new_key,
+    play_on_a_shared_store,
     say,
     send_charge,
-    server_option,
     start_http_server,
     text,
     verdict,
@@ -215,16 +214,7 @@ async def play(store: str | None, server: list[str]) -> bool:
 
 def main() -> None:
     """Parse the options, play, and exit 0 only if every scenario passed."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--store",
-        metavar="URL",
-        help="the shared store: postgresql://... (an empty database of yours), or sqlite:PATH "
-        "(default: a SQLite file in a temporary folder)",
-    )
-    server_option(parser)
-    args = parser.parse_args()
-    sys.exit(0 if anyio.run(play, args.store, args.server) else 1)
+    play_on_a_shared_store(play, __doc__ or "")
 
 
 if __name__ == "__main__":

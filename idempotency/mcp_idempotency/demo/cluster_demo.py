@@ -12,11 +12,9 @@ the harness's link, which can lose a response after it was sent.
 Every verdict is read from the ledger, which lives in the store beside the records.
 """
 
-import argparse
 import json
 import signal
 import subprocess
-import sys
 import tempfile
 from contextlib import suppress
 from dataclasses import dataclass
@@ -39,10 +37,10 @@ from .harness import (
     linked,
     listening,
     new_key,
+    play_on_a_shared_store,
     rejection_type,
     say,
     send_charge,
-    server_option,
     short,
     start_http_server,
     text,
@@ -306,16 +304,7 @@ async def play(store: str | None, server: list[str]) -> bool:
 
 def main() -> None:
     """Parse the options, play, and exit 0 only if every scenario passed."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--store",
-        metavar="URL",
-        help="the shared store: postgresql://... (an empty database of yours), or sqlite:PATH "
-        "(default: a SQLite file in a temporary folder)",
-    )
-    server_option(parser)
-    args = parser.parse_args()
-    sys.exit(0 if anyio.run(play, args.store, args.server) else 1)
+    play_on_a_shared_store(play, __doc__ or "")
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@ SDK. So the demos retry with call_until_answered, which narrates each attempt fo
 and retry/scenarios.py plays policy.py's loop, since that file is what it shows.
 """
 
+import argparse
 import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +74,21 @@ def server_option(parser) -> None:
         help="play against this server script instead of the package's ledger server; "
         "the tests pass stand-ins that break one rule",
     )
+
+
+def play_on_a_shared_store(play: Callable[[str | None, list[str]], Awaitable[bool]], description: str) -> None:
+    """The command line of a demo of several instances on one store (--store, --server): play it, and
+    exit 0 only if every scenario passed."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="the shared store: postgresql://... (an empty database of yours), or sqlite:PATH "
+        "(default: a SQLite file in a temporary folder)",
+    )
+    server_option(parser)
+    args = parser.parse_args()
+    sys.exit(0 if anyio.run(play, args.store, args.server) else 1)
 
 
 class ServerLog:

@@ -33,16 +33,27 @@ SERVER_INFO = {"name": "sep-3182-demo", "version": "2.0"}
 
 # K3, P22: what a token must carry to call each tool over HTTP with authorisation;
 # checked on every request, a replay included, before the store is consulted.
-TOOL_SCOPES = {"charge_unguarded": "ledger:charge", "charge_guarded": "ledger:charge",
-               "charge_confirmed": "ledger:charge", "reset_ledger": "ledger:charge", "get_balance": "ledger:read"}
-
+TOOL_SCOPES = {
+    "charge_unguarded": "ledger:charge",
+    "charge_guarded": "ledger:charge",
+    "charge_confirmed": "ledger:charge",
+    "reset_ledger": "ledger:charge",
+    "get_balance": "ledger:read",
+}
 
 
 def confirmation(amount: int) -> mcp_types.ElicitRequest:
     """The question charge_confirmed asks before it charges: a form with one yes/no field."""
-    return mcp_types.ElicitRequest(params=mcp_types.ElicitRequestFormParams(
-        message=f"Charge {amount}?",
-        requested_schema={"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}))
+    return mcp_types.ElicitRequest(
+        params=mcp_types.ElicitRequestFormParams(
+            message=f"Charge {amount}?",
+            requested_schema={
+                "type": "object",
+                "properties": {"confirm": {"type": "boolean"}},
+                "required": ["confirm"],
+            },
+        )
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -52,8 +63,13 @@ def confirmation(amount: int) -> mcp_types.ElicitRequest:
 
 def ledger_server(keys: Idempotency, charge_delay: float, **auth: Any) -> MCPServer:
     """The four ledger tools on an MCPServer, with `keys` as its idempotency layer."""
-    mcp = MCPServer(**SERVER_INFO, log_level="WARNING",  # WARNING: stderr is for our decisions
-                    lifespan=keys.lifespan, middleware=[keys], **auth)
+    mcp = MCPServer(
+        **SERVER_INFO,
+        log_level="WARNING",  # WARNING: stderr is for our decisions
+        lifespan=keys.lifespan,
+        middleware=[keys],
+        **auth,
+    )
 
     async def charge(amount: int, ctx: Context) -> str:
         """Apply one charge to the ledger: the side effect that must not happen twice."""
@@ -79,8 +95,9 @@ def ledger_server(keys: Idempotency, charge_delay: float, **auth: Any) -> MCPSer
     async def charge_confirmed(amount: rules.Amount, ctx: Context) -> str | mcp_types.InputRequiredResult:
         """Charge `amount` once the user confirms it: the first leg asks (2026-07-28), the next one charges."""
         if ctx.request_state is None:  # P25: the question is no outcome of the key's, and charges nothing
-            return mcp_types.InputRequiredResult(input_requests={"confirm": confirmation(amount)},
-                                                 request_state=f"confirm {amount}")
+            return mcp_types.InputRequiredResult(
+                input_requests={"confirm": confirmation(amount)}, request_state=f"confirm {amount}"
+            )
         answer = (ctx.input_responses or {}).get("confirm")
         if not isinstance(answer, mcp_types.ElicitResult) or answer.action != "accept":
             return "Not charged: the user did not confirm."
@@ -110,27 +127,50 @@ def ledger_server(keys: Idempotency, charge_delay: float, **auth: Any) -> MCPSer
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line: transport, store, windows, bound and the processor's delay."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio",
-                        help="stdio, or stateless Streamable HTTP (default: stdio)")
+    parser.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio, or stateless Streamable HTTP (default: stdio)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="HTTP: the address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="HTTP: the port (default: 8000); the path is /mcp")
-    parser.add_argument("--sse", action="store_true",
-                        help="HTTP: answer each request on an SSE response stream instead of one JSON body")
-    parser.add_argument("--store", default=STORE, metavar="URL",
-                        help=f"memory, sqlite:PATH or postgresql://... (P15; default: {STORE})")
-    parser.add_argument("--lease", type=options.seconds, default=LEASE_SECONDS, metavar="SECONDS",
-                        help="how long a claim is held before a retry may take it over (P18; default: 30)")
+    parser.add_argument(
+        "--sse",
+        action="store_true",
+        help="HTTP: answer each request on an SSE response stream instead of one JSON body",
+    )
+    parser.add_argument(
+        "--store", default=STORE, metavar="URL", help=f"memory, sqlite:PATH or postgresql://... (P15; default: {STORE})"
+    )
+    parser.add_argument(
+        "--lease",
+        type=options.seconds,
+        default=LEASE_SECONDS,
+        metavar="SECONDS",
+        help="how long a claim is held before a retry may take it over (P18; default: 30)",
+    )
     options.add_common_options(parser)
-    oauth = parser.add_argument_group("authorisation (HTTP only): an OAuth 2.1 resource server; "
-                                      "see mcp_idempotency/auth.py")
-    oauth.add_argument("--issuer", metavar="URL",
-                       help="the authorization server whose JWT access tokens are accepted (its `iss`); "
-                            "without it, the server serves one tenant")
+    oauth = parser.add_argument_group(
+        "authorisation (HTTP only): an OAuth 2.1 resource server; see mcp_idempotency/auth.py"
+    )
+    oauth.add_argument(
+        "--issuer",
+        metavar="URL",
+        help="the authorization server whose JWT access tokens are accepted (its `iss`); "
+        "without it, the server serves one tenant",
+    )
     oauth.add_argument("--jwks-uri", metavar="URL", help="the issuer's keys (default: from its RFC 8414 metadata)")
-    oauth.add_argument("--resource", metavar="URL",
-                       help="this server's URL, the `aud` its tokens must carry (default: http://HOST:PORT/mcp)")
-    oauth.add_argument("--allow-unauthenticated", action="store_true",
-                       help="listen on a non-loopback address without --issuer, on purpose: one tenant for all (P10')")
+    oauth.add_argument(
+        "--resource",
+        metavar="URL",
+        help="this server's URL, the `aud` its tokens must carry (default: http://HOST:PORT/mcp)",
+    )
+    oauth.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="listen on a non-loopback address without --issuer, on purpose: one tenant for all (P10')",
+    )
     args = parser.parse_args(argv)
     if args.issuer is not None and args.transport == "stdio":
         parser.error("--issuer needs --transport http: on stdio the boundary is the process (P10'')")
@@ -146,16 +186,23 @@ def unauthenticated_refusal(settings: argparse.Namespace) -> str | None:
         loopback = ipaddress.ip_address(settings.host).is_loopback
     except ValueError:  # a host name
         loopback = settings.host == "localhost"
-    return None if loopback else (
-        f"refusing to listen on {settings.host} without authorisation: every client would share one key space "
-        "and could replay another's results (K2); give --issuer URL, or --allow-unauthenticated to do it on purpose")
+    return (
+        None
+        if loopback
+        else (
+            f"refusing to listen on {settings.host} without authorisation: every client would share one key space "
+            "and could replay another's results (K2); give --issuer URL, or --allow-unauthenticated to do it on purpose"
+        )
+    )
 
 
 def tenancy(settings: argparse.Namespace) -> str:
     """K2, P10'': what the start-up line says the records are scoped to."""
     if settings.issuer is not None:
-        return (f"records scoped to each principal (issuer, subject) of tokens from {settings.issuer}, "
-                f"for {settings.resource}")
+        return (
+            f"records scoped to each principal (issuer, subject) of tokens from {settings.issuer}, "
+            f"for {settings.resource}"
+        )
     if settings.transport == "stdio":
         return "serving one tenant: this process's one client (stdio, P10'')"
     return "serving one tenant: no authorisation, every client shares one key space (P10')"
@@ -171,7 +218,7 @@ async def store_problem(url: str, limits: Limits) -> str | None:
             return None
     except OtherSchema as error:  # its message says what to do: the one line as it is
         return str(error)
-    except Exception as error:  # noqa: BLE001 - an unknown scheme, a folder that is not there, a server that refuses
+    except Exception as error:
         return f"{type(error).__name__}: {error}".splitlines()[0]
 
 
@@ -190,8 +237,12 @@ def serve_http(settings: argparse.Namespace, keys: Idempotency) -> None:
         )
 
         verifier = auth.JwtVerifier(settings.issuer, settings.resource, settings.jwks_uri)
-        mcp = ledger_server(keys, settings.charge_delay, token_verifier=verifier,
-                            auth=auth.auth_settings(settings.issuer, settings.resource))
+        mcp = ledger_server(
+            keys,
+            settings.charge_delay,
+            token_verifier=verifier,
+            auth=auth.auth_settings(settings.issuer, settings.resource),
+        )
         app = mcp.streamable_http_app(stateless_http=True, json_response=not settings.sse, host=settings.host)
         # Innermost, after the SDK's authentication: the verified token is known, no handler has run.
         app.user_middleware.append(Middleware(auth.ScopeGate, scopes=TOOL_SCOPES, resource=settings.resource))
@@ -216,8 +267,15 @@ def main(layer: type[Idempotency] = Idempotency, argv: list[str] | None = None) 
     if problem is not None:
         sys.exit(f"cannot open the store {settings.store}: {problem}")
     where = "stdio" if settings.transport == "stdio" else f"http://{settings.host}:{settings.port}/mcp"
-    log.info("serving on %s: store %s, retention %gs, lease %gs, at most %d records, charge delay %gs",
-             where, settings.store, settings.retention, settings.lease, settings.max_records, settings.charge_delay)
+    log.info(
+        "serving on %s: store %s, retention %gs, lease %gs, at most %d records, charge delay %gs",
+        where,
+        settings.store,
+        settings.retention,
+        settings.lease,
+        settings.max_records,
+        settings.charge_delay,
+    )
     log.info("%s", tenancy(settings))
     principal = one_tenant if settings.issuer is None else token_principal
     keys = layer(settings.store, server_info=SERVER_INFO, limits=limits, principal=principal)

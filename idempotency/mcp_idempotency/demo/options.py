@@ -35,13 +35,27 @@ def delay(text: str) -> float:
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     """The options both servers take: the window, the bound, the demo's charge delay, the decision log."""
-    parser.add_argument("--retention", type=seconds, default=RETENTION_SECONDS, metavar="SECONDS",
-                        help="how long a completed key is remembered (P8; default: 24 hours)")
-    parser.add_argument("--max-records", type=records, default=MAX_RECORDS, metavar="N",
-                        help="how many live records the store may hold (P9; default: 10000)")
-    parser.add_argument("--charge-delay", type=delay, default=0.0, metavar="SECONDS",
-                        help="how long each charge takes, to catch one in flight (default: 0)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="log every idempotency decision on stderr (the demos turn this on)")
-
-
+    parser.add_argument(
+        "--retention",
+        type=seconds,
+        default=RETENTION_SECONDS,
+        metavar="SECONDS",
+        help="how long a completed key is remembered (P8; default: 24 hours)",
+    )
+    parser.add_argument(
+        "--max-records",
+        type=records,
+        default=MAX_RECORDS,
+        metavar="N",
+        help="how many live records the store may hold (P9; default: 10000)",
+    )
+    parser.add_argument(
+        "--charge-delay",
+        type=delay,
+        default=0.0,
+        metavar="SECONDS",
+        help="how long each charge takes, to catch one in flight (default: 0)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="log every idempotency decision on stderr (the demos turn this on)"
+    )

@@ -200,7 +200,7 @@ class Transaction(ABC):
 
     def pending(self) -> list[str]:
         """The names of the savepoints to begin before the next statement, now counted as begun."""
-        names = self.savepoints[len(self.savepoints) - self.unsent:]
+        names = self.savepoints[len(self.savepoints) - self.unsent :]
         self.unsent = 0
         return names
 
@@ -254,7 +254,7 @@ class Store(ABC):
     def begin(self) -> Transaction:
         """A new unit of work, not yet started."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 (the memory store holds nothing to give back)
         """Give back connections and files."""
 
     def transaction(self) -> "UnitOfWork":
@@ -280,8 +280,9 @@ class UnitOfWork:
         self.token = _open_transaction.set(self.tx)
         return self.tx
 
-    async def __aexit__(self, error_type: type[BaseException] | None, error: BaseException | None,
-                        traceback: TracebackType | None) -> None:
+    async def __aexit__(
+        self, error_type: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         with anyio.CancelScope(shield=True):  # a cancelled caller must still release the store
             if self.outer is not None:
                 await self.outer.end_savepoint(self.savepoint, failed=error_type is not None)

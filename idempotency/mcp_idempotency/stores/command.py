@@ -34,19 +34,22 @@ async def upgrade(url: str) -> bool:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="mcp-idempotency-store", description=(__doc__ or "").splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    upgrading = commands.add_parser("upgrade", help=f"bring a store of schema version {UPGRADABLE} to "
-                                                    f"{SCHEMA_VERSION} in place, every record kept")
+    upgrading = commands.add_parser(
+        "upgrade", help=f"bring a store of schema version {UPGRADABLE} to {SCHEMA_VERSION} in place, every record kept"
+    )
     upgrading.add_argument("url", metavar="URL", help="sqlite:PATH or postgresql://...")
     settings = parser.parse_args(argv)
     try:
         upgraded = anyio.run(upgrade, settings.url)
     except OtherSchema as error:  # its message says what to do: the one line as it is
         sys.exit(f"cannot upgrade the store {settings.url}: {error}")
-    except Exception as error:  # noqa: BLE001 - no such file, a server that refuses: one line, as a server says at start
+    except Exception as error:
         sys.exit(f"cannot upgrade the store {settings.url}: {type(error).__name__}: {error}".splitlines()[0])
     if upgraded:
-        print(f"upgraded {settings.url} in place from schema version {UPGRADABLE} to {SCHEMA_VERSION}: "
-              "every record and every other table kept")
+        print(
+            f"upgraded {settings.url} in place from schema version {UPGRADABLE} to {SCHEMA_VERSION}: "
+            "every record and every other table kept"
+        )
     else:
         print(f"{settings.url} holds schema version {SCHEMA_VERSION} already: nothing to do")
 

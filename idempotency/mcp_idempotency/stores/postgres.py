@@ -145,8 +145,10 @@ async def check_database_settings(db: Any, limits: Limits) -> None:
     if found != wanted:
         database = await db.fetchval("SELECT current_database()")
         fix = "; ".join(f"ALTER DATABASE {database} SET {name} = '{value}'" for name, value in wanted.items())
-        raise RuntimeError(f"behind a pooler the store needs these settings on the database: {fix}; "
-                           "then make the pooler open new connections (pgbouncer: RECONNECT)")
+        raise RuntimeError(
+            f"behind a pooler the store needs these settings on the database: {fix}; "
+            "then make the pooler open new connections (pgbouncer: RECONNECT)"
+        )
 
 
 class PostgresStore(Store):
@@ -162,8 +164,9 @@ class PostgresStore(Store):
         # state, so the pool need not reset it on release: that is a round trip a use.
         given, (url, pooled) = url, behind_pooler(url)
         session = {"statement_cache_size": 0} if pooled else {"server_settings": session_settings(limits)}
-        pool = await asyncpg.create_pool(url, min_size=1, max_size=10, reset=no_reset,
-                                         command_timeout=limits.lease, **session)
+        pool = await asyncpg.create_pool(
+            url, min_size=1, max_size=10, reset=no_reset, command_timeout=limits.lease, **session
+        )
         try:
             async with pool.acquire() as db:
                 if pooled:
@@ -269,8 +272,9 @@ class PostgresTransaction(Transaction):
             raise failed(self.failure) from self.failure
         if self.completion is not None:
             key, fingerprint, outcome = self.completion
-            status: str = await self.run(lambda db: db.execute(
-                COMPLETE, key, fingerprint, outcome, self.store.limits.retention))
+            status: str = await self.run(
+                lambda db: db.execute(COMPLETE, key, fingerprint, outcome, self.store.limits.retention)
+            )
             self.completed = status == "UPDATE 1"
             if not self.completed:
                 await self._end("ROLLBACK")

@@ -233,8 +233,9 @@ class SQLiteStore(Store):
                     db.execute("COMMIT")  # keep the purge
                     return Full()
             owner = new_owner()
-            won = db.execute(CLAIM, {"key": key, "fingerprint": fingerprint, "owner": owner,
-                                     "now": now, "lease": self.limits.lease}).fetchone()
+            won = db.execute(
+                CLAIM, {"key": key, "fingerprint": fingerprint, "owner": owner, "now": now, "lease": self.limits.lease}
+            ).fetchone()
             if won is None:  # another process claimed or completed it between the read and BEGIN
                 holder = db.execute(HOLDER, {"key": key, "now": now}).fetchone()
                 db.execute("COMMIT")
@@ -322,10 +323,16 @@ class SQLiteTransaction(Transaction):
             await self._end("COMMIT")
             return
         key, fingerprint, outcome = self.completion
-        parameters = {"key": key, "fingerprint": fingerprint, "outcome": outcome,
-                      "now": self.store.clock(), "retention": self.store.limits.retention}
+        parameters = {
+            "key": key,
+            "fingerprint": fingerprint,
+            "outcome": outcome,
+            "now": self.store.clock(),
+            "retention": self.store.limits.retention,
+        }
 
-        def complete(db: sqlite3.Connection) -> bool:  # one trip to the worker thread: the update, then COMMIT or ROLLBACK
+        # One trip to the worker thread: the update, then COMMIT or ROLLBACK.
+        def complete(db: sqlite3.Connection) -> bool:
             completed: bool = db.execute(COMPLETE, parameters).rowcount == 1
             db.execute("COMMIT" if completed else "ROLLBACK")
             return completed
