@@ -2,7 +2,7 @@
 // that honours idempotencyKey on tools/call, over stdio or stateless Streamable HTTP.
 // TypeScript, strict; `npm run build` compiles it to dist/server.js (README.md says why tsc).
 //
-//   node typescript/dist/server.js [--transport stdio|http] [--port 8000] [--retention S]
+//   node typescript/dist/server.js [--transport stdio|http] [--port 8000] [--retention S] [--lease S]
 //                                  [--max-records N] [--charge-delay S] [--verbose]
 //
 // Read it top to bottom, in the order of the SEP:
@@ -37,6 +37,7 @@ import { z } from "zod";
 // ----------------------------------------------------------------------------
 
 const RETENTION_SECONDS = 24 * 60 * 60; // P8: the Python servers' default window
+const LEASE_SECONDS = 30; // P8', P18: as the Python servers: longer than any tool here may run
 const MAX_RECORDS = 10_000; // P9: the Python servers' default bound
 
 interface Settings {
@@ -44,6 +45,7 @@ interface Settings {
   host: string;
   port: number;
   retention: number; // seconds
+  lease: number; // seconds a running record holds its key before the same request may take it over
   maxRecords: number;
   chargeDelay: number; // seconds
   verbose: boolean;
@@ -68,6 +70,7 @@ function settingsFrom(argv: string[]): Settings {
       host: { type: "string", default: "127.0.0.1" },
       port: { type: "string", default: "8000" },
       retention: { type: "string", default: String(RETENTION_SECONDS) },
+      lease: { type: "string", default: String(LEASE_SECONDS) },
       "max-records": { type: "string", default: String(MAX_RECORDS) },
       "charge-delay": { type: "string", default: "0" },
       verbose: { type: "boolean", default: false },
@@ -84,6 +87,7 @@ function settingsFrom(argv: string[]): Settings {
     host: values.host,
     port: number("port", values.port, { min: 0 }),
     retention: number("retention", values.retention, { above: 0 }),
+    lease: number("lease", values.lease, { above: 0 }),
     maxRecords,
     chargeDelay: number("charge-delay", values["charge-delay"], { min: 0 }),
     verbose: values.verbose,
@@ -229,11 +233,11 @@ function rejection(type: RejectionType, key?: string, detail?: string) {
 interface StoredRecord {
   fingerprint: string; // P3: of the request that claimed the key
   outcome: string | null; // the response without jsonrpc and id, as JSON text; null while running
-  expiresAt: number; // seconds since the epoch (P8); Infinity while running
+  expiresAt: number; // seconds since the epoch: running, the lease's end (P8'); completed, the window's (P8)
 }
 const records = new Map<string, StoredRecord>();
 
-/** P8: drop completed records whose window has passed; a running one never expires. */
+/** P8: drop completed records whose window has passed; a running one is taken over, never dropped. */
 function dropExpired(now: number): void {
   for (const [key, record] of records) {
     if (record.outcome !== null && record.expiresAt <= now) records.delete(key);
@@ -353,32 +357,46 @@ class Idempotent<Inner extends Transport> implements Transport {
         log(`store full: key=${pythonRepr(key)}`);
         return this.reject(message, "idempotency_store_full", key);
       }
-      records.set(key, { fingerprint: print, outcome: null, expiresAt: Infinity }); // P4.1: claimed with its fingerprint
-      this.running.set(message.id, key);
-      this.idle = new Promise((resolve) => { this.settle = resolve; });
-      log(`claimed: key=${pythonRepr(key)} tool=${params.name}`);
-      return this.onmessage?.(message, extra);
+      records.set(key, { fingerprint: print, outcome: null, expiresAt: now + settings.lease }); // P4.1: claimed with its fingerprint
+      return this.run(message, key, params.name, extra);
     }
     if (held.fingerprint !== print) { // P4.2: checked first, so a mismatch is a conflict even mid-run
       log(`conflict: key=${pythonRepr(key)} tool=${params.name}`);
       return this.reject(message, "idempotency_key_conflict", key);
     }
-    if (held.outcome === null) { // P4.3 (S1): reject at once, never wait
+    if (held.outcome === null && held.expiresAt > now) { // P4.3 (S1): reject at once, never wait
       log(`in progress: key=${pythonRepr(key)}`);
       return this.reject(message, "idempotency_key_in_progress", key);
+    }
+    if (held.outcome === null) { // P8': its lease passed (a tool that hangs): the same request takes the key over
+      held.expiresAt = now + settings.lease;
+      return this.run(message, key, params.name, extra);
     }
     log(`replayed: key=${pythonRepr(key)}`); // P4.4 (S2): the recorded outcome; the tool does not run
     const outcome = JSON.parse(held.outcome) as Outcome; // as record() stored it
     return this.inner.send({ ...outcome, jsonrpc: "2.0", id: message.id });
   }
 
+  /** P4.1: the key is this request's: hand it to the SDK, and record what it answers. */
+  run(message: JSONRPCRequest, key: string, tool: string, extra?: MessageExtraInfo): void | Promise<void> {
+    this.running.set(message.id, key);
+    this.idle = new Promise((resolve) => { this.settle = resolve; });
+    log(`claimed: key=${pythonRepr(key)} tool=${tool}`);
+    return this.onmessage?.(message, extra);
+  }
+
   /** P6: whatever the SDK answered for a claimed key, a result (isError included) or a JSON-RPC error. */
   record(id: RequestId, message: Response): void {
     const key = this.running.get(id)!; // `running` holds only claimed keys, each with its record
     this.running.delete(id);
-    const { jsonrpc: _, id: __, ...outcome } = message; // the same members in the same order, under any id
-    Object.assign(records.get(key)!, { outcome: JSON.stringify(outcome), expiresAt: Date.now() / 1000 + settings.retention });
-    log(`recorded: key=${pythonRepr(key)}`);
+    const held = records.get(key)!;
+    // P18: of two runs of a key whose lease passed, the first to complete is recorded; the
+    // later one's caller gets its own answer, and its effect is not undone (no transaction here).
+    if (held.outcome === null) {
+      const { jsonrpc: _, id: __, ...outcome } = message; // the same members in the same order, under any id
+      Object.assign(held, { outcome: JSON.stringify(outcome), expiresAt: Date.now() / 1000 + settings.retention });
+      log(`recorded: key=${pythonRepr(key)}`);
+    }
     if (this.running.size === 0) this.settle();
   }
 
