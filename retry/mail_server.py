@@ -29,7 +29,6 @@ from mcp.server.mcpserver.tools.base import Tool
 from mcp_idempotency.demo import options
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.probe import sdk_hides_the_key
-from mcp_idempotency.stores import LEASE_SECONDS, Limits
 
 STORE = "memory"  # one process serves one client here; the ledger server shows the shared stores
 sent: Counter[str] = Counter()  # what went out, by kind: the ground truth the scenarios read
@@ -40,13 +39,6 @@ def parse_args() -> argparse.Namespace:
     """The command line: the store and the windows of the layer, and the relay's delay."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--store", default=STORE, metavar="URL", help=f"memory or sqlite:PATH (default: {STORE})")
-    parser.add_argument(
-        "--lease",
-        type=options.seconds,
-        default=LEASE_SECONDS,
-        metavar="SECONDS",
-        help="how long a claim is held (P18; default: 30)",
-    )
     options.add_common_options(parser)
     return parser.parse_args()
 
@@ -120,7 +112,7 @@ def main() -> None:
     keys = Idempotency(
         settings.store,
         server_info={"name": "outbox", "version": "1.0"},
-        limits=Limits(settings.retention, settings.lease, settings.max_records),
+        limits=options.limits_of(settings),
     )
     outbox_server(keys, settings.charge_delay).run()
 

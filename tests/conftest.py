@@ -145,6 +145,26 @@ def postgres_url():
         yield url
 
 
+@contextmanager
+def fresh_store(kind: str, tmp_path, name: str):
+    """A new, empty store of one kind: memory, a SQLite file, or a PostgreSQL database; its URL."""
+    if kind == "postgresql":
+        with postgres_database() as url:
+            yield url
+    else:
+        yield "memory" if kind == "memory" else f"sqlite:{tmp_path / name}.db"
+
+
+@pytest.fixture(scope="module")
+def issuer():
+    """The OAuth issuer (tests/oauth.py) a module's servers trust, unless a test starts its own."""
+    from oauth import Issuer
+
+    issuer = Issuer()
+    yield issuer
+    issuer.close()
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request, tmp_path):
     """A store every instance of a test shares: a SQLite file, or a fresh PostgreSQL database."""

@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import postgres_database
+from conftest import fresh_store
 from oauth import (
     CHARGE,
     READ,
@@ -55,24 +55,6 @@ pytestmark = pytest.mark.targets("2x-http")
 METADATA = "http://ledger.test/.well-known/oauth-protected-resource/mcp"  # RFC 9728, for RESOURCE
 EVERY_SCOPE = f"{CHARGE} {READ}"  # what a 401 names: every scope the server uses, as its metadata lists them
 JWKS_REFETCH_SECONDS = 5.0  # mcp_idempotency/auth.py: an unknown kid fetches the keys again at most this often
-
-
-@pytest.fixture(scope="module")
-def issuer():
-    """The issuer every test of this module trusts, unless it starts its own."""
-    issuer = Issuer()
-    yield issuer
-    issuer.close()
-
-
-@contextlib.contextmanager
-def fresh_store(kind: str, tmp_path, name: str):
-    """A new, empty store of one kind: memory, a SQLite file, or a PostgreSQL database."""
-    if kind == "postgresql":
-        with postgres_database() as url:
-            yield url
-    else:
-        yield "memory" if kind == "memory" else f"sqlite:{tmp_path / name}.db"
 
 
 # P9's bound, counted over every principal's records: the six that Alice's and Bob's first

@@ -37,7 +37,7 @@ DEDUPLICATION_WITHOUT_A_KEY = """
         return self.answered[repr(ctx.params.get("arguments"))]
 """
 UNSCOPED_AND_UNCHECKED = """
-    def store_key(self, key):  # K2 broken: the bare key, whoever sends it
+    def store_key(self, principal, key):  # K2 broken: the bare key, whoever sends it
         return key
 ledger_server.TOOL_SCOPES.clear()  # K3 broken: any valid token may call any tool
 """

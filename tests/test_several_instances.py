@@ -78,7 +78,7 @@ while not os.path.exists(go):
 async def open_and_close():
     for n in range(int(sys.argv[4])):
         async with open_store(url, Limits(retention=60, lease=30, max_records=1000)) as store:
-            await store.claim(f"{os.getpid()}-{n}", b"fingerprint")
+            await store.claim(f"{os.getpid()}-{n}", b"fingerprint", "one principal")
 anyio.run(open_and_close)
 """
 

@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.targets("2x-stdio", "2x-http")]
 
 WINDOW = 1.0  # seconds: the retention and the lease in these tests
 FINGERPRINT, OTHER = b"the request", b"another request"
+ALICE, BOB = '["alice"]', '["bob"]'  # principals as the layer names them (rules.principal_name)
 
 
 class Opened:
@@ -85,24 +86,24 @@ async def ledger(store) -> dict:
 
 async def test_completed_record_replays_inside_its_window_and_is_dropped_after_it(opened):
     store = opened.store
-    claim = await store.claim("k", FINGERPRINT)
+    claim = await store.claim("k", FINGERPRINT, ALICE)
     assert isinstance(claim, Won) and await charged(store, "k")
 
-    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, "charged 100")  # a replay
+    assert await store.claim("k", FINGERPRINT, ALICE) == Held(FINGERPRINT, "charged 100")  # a replay
     await opened.wait_out(WINDOW * 1.2)
-    assert isinstance(await store.claim("k", FINGERPRINT), Won)  # P8: past its window the key is new
+    assert isinstance(await store.claim("k", FINGERPRINT, ALICE), Won)  # P8: past its window the key is new
 
 
 async def test_full_store_refuses_a_new_key_and_takes_one_again_once_a_record_expires(opened):
     store = opened.store
     for key in ("a", "b"):
-        assert isinstance(await store.claim(key, FINGERPRINT), Won)
+        assert isinstance(await store.claim(key, FINGERPRINT, ALICE), Won)
         assert await charged(store, key)
 
-    assert await store.claim("c", FINGERPRINT) == Full()
-    assert (await store.claim("a", FINGERPRINT)).outcome == "charged 100"  # a stored key still answers
+    assert await store.claim("c", FINGERPRINT, ALICE) == Full()
+    assert (await store.claim("a", FINGERPRINT, ALICE)).outcome == "charged 100"  # a stored key still answers
     await opened.wait_out(WINDOW * 1.2)
-    assert isinstance(await store.claim("c", FINGERPRINT), Won)  # room came back as records expired
+    assert isinstance(await store.claim("c", FINGERPRINT, ALICE), Won)  # room came back as records expired
     assert await ledger(store) == {"balance": 200, "charges": 2}
 
 
@@ -110,7 +111,7 @@ async def test_a_key_claimed_by_many_tasks_at_once_is_won_once(opened):
     claims = []
 
     async def claim():
-        claims.append(await opened.store.claim("k", FINGERPRINT))
+        claims.append(await opened.store.claim("k", FINGERPRINT, ALICE))
 
     async with anyio.create_task_group() as tasks:
         for _ in range(20):
@@ -122,44 +123,44 @@ async def test_a_key_claimed_by_many_tasks_at_once_is_won_once(opened):
 
 async def test_a_passed_lease_is_taken_over_by_the_same_request_only(opened):
     store = opened.store
-    first = await store.claim("k", FINGERPRINT)
+    first = await store.claim("k", FINGERPRINT, ALICE)
 
-    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, None)  # in progress
+    assert await store.claim("k", FINGERPRINT, ALICE) == Held(FINGERPRINT, None)  # in progress
     await opened.wait_out(WINDOW * 1.2)
-    assert await store.claim("k", OTHER) == Held(FINGERPRINT, None)  # still a conflict, never a takeover
-    second = await store.claim("k", FINGERPRINT)
+    assert await store.claim("k", OTHER, ALICE) == Held(FINGERPRINT, None)  # still a conflict, never a takeover
+    second = await store.claim("k", FINGERPRINT, ALICE)
     assert isinstance(second, Won) and second.owner != first.owner
 
 
 async def test_a_takeover_reuses_its_record_so_the_bound_counts_keys_not_claims(opened):
     """P9, P18: a key taken over once its lease passed is still one record of the two allowed."""
     store = opened.store
-    await store.claim("a", FINGERPRINT)
+    await store.claim("a", FINGERPRINT, ALICE)
     await opened.wait_out(WINDOW * 1.2)
-    assert isinstance(await store.claim("a", FINGERPRINT), Won)  # the takeover
+    assert isinstance(await store.claim("a", FINGERPRINT, ALICE), Won)  # the takeover
 
-    assert isinstance(await store.claim("b", FINGERPRINT), Won)
-    assert await store.claim("c", FINGERPRINT) == Full()
+    assert isinstance(await store.claim("b", FINGERPRINT, ALICE), Won)
+    assert await store.claim("c", FINGERPRINT, ALICE) == Full()
 
 
 async def test_the_first_completion_wins_and_a_later_one_rolls_back_the_charge_it_joined(opened):
     """P17, P18: the original outlived its lease and a retry took over; whichever completes first is
     recorded, and the other's charge is rolled back with its refused completion: one charge."""
     store = opened.store
-    await store.claim("k", FINGERPRINT)
+    await store.claim("k", FINGERPRINT, ALICE)
     await opened.wait_out(WINDOW * 1.2)
-    assert isinstance(await store.claim("k", FINGERPRINT), Won)  # the takeover
+    assert isinstance(await store.claim("k", FINGERPRINT, ALICE), Won)  # the takeover
 
     assert await charged(store, "k", amount=100)  # the slow original completes first: it wins
     assert not await charged(store, "k", amount=100)  # the retry's completion is fenced off
     assert await ledger(store) == {"balance": 100, "charges": 1}
-    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, "charged 100")
+    assert await store.claim("k", FINGERPRINT, ALICE) == Held(FINGERPRINT, "charged 100")
 
 
 async def test_a_completion_for_another_request_under_the_key_is_fenced_off(opened):
     """P18: a key that expired and was claimed by another request is not completed by the old one."""
     store = opened.store
-    await store.claim("k", FINGERPRINT)
+    await store.claim("k", FINGERPRINT, ALICE)
     assert not await charged(store, "k", fingerprint=OTHER)
     assert await ledger(store) == {"balance": 0, "charges": 0}
 
@@ -167,32 +168,32 @@ async def test_a_completion_for_another_request_under_the_key_is_fenced_off(open
 async def test_a_released_claim_lets_the_same_key_run_again_and_only_its_owner_may_release_it(opened):
     """P6': -32042 asks the client to send the request again: its claim is given back, not recorded."""
     store = opened.store
-    first = await store.claim("k", FINGERPRINT)
+    first = await store.claim("k", FINGERPRINT, ALICE)
     await store.release("k", "someone else")  # not the owner: nothing changes
-    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, None)
+    assert await store.claim("k", FINGERPRINT, ALICE) == Held(FINGERPRINT, None)
 
     await store.release("k", first.owner)
-    second = await store.claim("k", FINGERPRINT)
+    second = await store.claim("k", FINGERPRINT, ALICE)
     assert isinstance(second, Won) and second.owner != first.owner
     await store.release("k", first.owner)  # a stale owner cannot release the new claim
     assert await charged(store, "k")
     await store.release("k", second.owner)  # nor can anyone release a completed record
-    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, "charged 100")
+    assert await store.claim("k", FINGERPRINT, ALICE) == Held(FINGERPRINT, "charged 100")
 
-    await store.claim("b", FINGERPRINT)  # P9: a released key left no record behind to count
-    assert await store.claim("c", FINGERPRINT) == Full()
+    await store.claim("b", FINGERPRINT, ALICE)  # P9: a released key left no record behind to count
+    assert await store.claim("c", FINGERPRINT, ALICE) == Full()
 
 
 async def test_a_record_completed_late_in_its_lease_replays_for_a_whole_window_after_its_completion(opened):
     """P8: retention runs from the completion, not from the claim (issue 16, finding 9)."""
     store = opened.store
-    await store.claim("k", FINGERPRINT)
+    await store.claim("k", FINGERPRINT, ALICE)
     await opened.wait_out(WINDOW * 0.7)  # late in the lease
     assert await charged(store, "k")
     await opened.wait_out(WINDOW * 0.7)  # past a window from the claim, inside one from the completion
-    assert await store.claim("k", FINGERPRINT) == Held(FINGERPRINT, "charged 100")
+    assert await store.claim("k", FINGERPRINT, ALICE) == Held(FINGERPRINT, "charged 100")
     await opened.wait_out(WINDOW * 0.5)
-    assert isinstance(await store.claim("k", FINGERPRINT), Won)
+    assert isinstance(await store.claim("k", FINGERPRINT, ALICE), Won)
 
 
 async def test_a_nested_unit_of_work_that_fails_undoes_its_own_writes_only(opened):
@@ -212,7 +213,7 @@ async def test_a_nested_unit_of_work_that_fails_undoes_its_own_writes_only(opene
     await tool()  # unkeyed: each unit of work on its own
     assert await ledger(store) == {"balance": 1, "charges": 1}
 
-    await store.claim("k", FINGERPRINT)
+    await store.claim("k", FINGERPRINT, ALICE)
     async with store.transaction() as tx:  # keyed: the dispatch layer's unit of work around the tool
         await tool()
         tx.complete("k", FINGERPRINT, "done")
@@ -243,7 +244,7 @@ async def test_every_store_takes_a_key_exactly_where_the_takeover_rule_says(kind
     async def record(case: tuple) -> None:
         """Under each of the case's two keys, a record of the case's status, for the request FINGERPRINT."""
         for key in (f"claim {case}", f"take {case}"):
-            assert isinstance(await store.claim(key, FINGERPRINT), Won)
+            assert isinstance(await store.claim(key, FINGERPRINT, ALICE), Won)
             if case[0] == "completed":
                 assert await charged(store, key)
 
@@ -259,10 +260,10 @@ async def test_every_store_takes_a_key_exactly_where_the_takeover_rule_says(kind
             fingerprint = FINGERPRINT if same else OTHER
             expected = may_take(status, FINGERPRINT, passed, fingerprint)
             assert expected == (case in TAKEN), case
-            claim = await store.claim(f"claim {case}", fingerprint)
+            claim = await store.claim(f"claim {case}", fingerprint, ALICE)
             assert isinstance(claim, Won) == expected, (case, claim)
             if kind == "sqlite":  # the CLAIM statement decides alone here: the read before it is skipped
-                taken = store.take(store.on_loop, f"take {case}", fingerprint, store.clock())
+                taken = store.take(store.on_loop, f"take {case}", fingerprint, ALICE, store.clock())
                 assert isinstance(taken, Won) == expected, ("CLAIM", case, taken)
     finally:
         await store.close()
@@ -286,7 +287,7 @@ async def test_claims_and_completions_at_once_under_any_default_isolation_level_
     won = []
 
     async def claim_and_complete(key: str) -> None:
-        claim = await store.claim(key, FINGERPRINT)
+        claim = await store.claim(key, FINGERPRINT, ALICE)
         if isinstance(claim, Won):
             won.append(key)
             assert await charged(store, key)
@@ -312,11 +313,11 @@ async def test_a_claim_waiting_on_a_locked_key_answers_in_progress_and_holds_up_
 
     async def claim(key: str) -> None:
         began = anyio.current_time()
-        answers[key] = await store.claim(key, FINGERPRINT)
+        answers[key] = await store.claim(key, FINGERPRINT, ALICE)
         took[key] = anyio.current_time() - began
 
     try:
-        await store.claim("k", FINGERPRINT)
+        await store.claim("k", FINGERPRINT, ALICE)
         await frozen.execute("BEGIN")
         await frozen.execute("UPDATE idempotency_records SET owner = owner WHERE key = 'k'")  # then no COMMIT
         await anyio.sleep(WINDOW * 1.2)  # the lease passes: a retry may take the key over
@@ -340,8 +341,8 @@ async def test_an_interleaved_claim_on_two_sqlite_stores_is_won_once(tmp_path):
     first, second = (sqlite.SQLiteStore(str(tmp_path / "store.db"), limits, FakeClock()) for _ in range(2))
     try:
         assert first.on_loop.execute(sqlite.HOLDER, {"key": "k", "now": first.clock()}).fetchone() is None  # free
-        won = await second.claim("k", FINGERPRINT)
-        assert first.take(first.on_loop, "k", FINGERPRINT, first.clock()) == Held(FINGERPRINT, None)
+        won = await second.claim("k", FINGERPRINT, ALICE)
+        assert first.take(first.on_loop, "k", FINGERPRINT, ALICE, first.clock()) == Held(FINGERPRINT, None)
         assert isinstance(won, Won)
     finally:
         await first.close()

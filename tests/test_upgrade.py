@@ -28,6 +28,7 @@ pytestmark = pytest.mark.targets("2x-http")
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 KEY = "order-1"
 STORE_KEY = json.dumps(["one tenant", KEY])  # K2: the one tenant's key, as the layer keys its record
+BARE_KEY = "order-0"  # a record keyed by the bare key, as the version before scoping wrote it: nobody's (P9')
 FINGERPRINT = fingerprint("charge_guarded", {"amount": 100})
 CHARGED = "Charged 100. New balance: 250"  # the second charge of the ledger below
 # P6, P20: recorded for a 2025 revision; the retry speaks 2026-07-28, so the replay is reshaped, not re-run.
@@ -44,12 +45,13 @@ def made_by_version_2(url: str) -> None:
             db.execute("PRAGMA journal_mode = WAL")
             db.executescript(f"BEGIN IMMEDIATE; {(FIXTURES / 'sqlite_v2.sql').read_text()} COMMIT;")
             db.execute("BEGIN IMMEDIATE")
-            db.execute(
-                "INSERT INTO idempotency_records (key, fingerprint, status, deadline, outcome) "
-                "VALUES (?, ?, 'completed', ?, ?)",
-                (STORE_KEY, FINGERPRINT, time.time() + 3600, OUTCOME),
-            )
-            db.execute("UPDATE idempotency_record_count SET n = 1")
+            for key in (STORE_KEY, BARE_KEY):
+                db.execute(
+                    "INSERT INTO idempotency_records (key, fingerprint, status, deadline, outcome) "
+                    "VALUES (?, ?, 'completed', ?, ?)",
+                    (key, FINGERPRINT, time.time() + 3600, OUTCOME),
+                )
+            db.execute("UPDATE idempotency_record_count SET n = 2")
             db.execute("UPDATE ledger SET balance = ?, charges = ?", (LEDGER["balance"], LEDGER["charges"]))
             db.execute("COMMIT")
         return
@@ -61,14 +63,15 @@ def made_by_version_2(url: str) -> None:
         try:
             async with db.transaction():
                 await db.execute((FIXTURES / "postgres_v2.sql").read_text())
-                await db.execute(
-                    "INSERT INTO idempotency_records (key, fingerprint, status, deadline, outcome) "
-                    "VALUES ($1, $2, 'completed', clock_timestamp() + interval '1 hour', $3)",
-                    STORE_KEY,
-                    FINGERPRINT,
-                    OUTCOME,
-                )
-                await db.execute("UPDATE idempotency_record_count SET n = 1")
+                for key in (STORE_KEY, BARE_KEY):
+                    await db.execute(
+                        "INSERT INTO idempotency_records (key, fingerprint, status, deadline, outcome) "
+                        "VALUES ($1, $2, 'completed', clock_timestamp() + interval '1 hour', $3)",
+                        key,
+                        FINGERPRINT,
+                        OUTCOME,
+                    )
+                await db.execute("UPDATE idempotency_record_count SET n = 2")
                 await db.execute("UPDATE ledger SET balance = $1, charges = $2", LEDGER["balance"], LEDGER["charges"])
         finally:
             await db.close()
@@ -98,7 +101,7 @@ def test_a_version_2_store_is_refused_until_upgraded_then_replays_its_records_an
     upgraded = run(upgrade_command(), "upgrade", store_url)  # the command, exactly as the line names it
     assert upgraded.returncode == 0, upgraded.stderr
     assert upgraded.stdout.startswith(f"upgraded {store_url} in place from schema version 2 to 3")
-    assert read_store(store_url) == (LEDGER, {STORE_KEY: OUTCOME}, 1)  # every row as it was
+    assert read_store(store_url) == (LEDGER, {STORE_KEY: OUTCOME, BARE_KEY: OUTCOME}, 2)  # every row as it was
 
     again = run(sdk2_python(), "-m", "mcp_idempotency.stores.command", "upgrade", store_url)
     assert again.returncode == 0 and "holds schema version 3 already: nothing to do" in again.stdout, again.stderr
@@ -112,6 +115,11 @@ def test_a_version_2_store_is_refused_until_upgraded_then_replays_its_records_an
         assert wire.ledger() == {"balance": 350, "charges": 3}
     finally:
         wire.close()
+    # P9': the upgrade gave each record its principal, read from its key: the one tenant's two
+    # (the one from before the upgrade and the one after) are forgotten, the bare key is nobody's.
+    forgot = run(upgrade_command(), "forget", store_url, "one tenant")
+    assert forgot.stdout.startswith('forgot 2 record(s) of ["one tenant"]'), forgot.stderr
+    assert read_store(store_url)[1:] == ({BARE_KEY: OUTCOME}, 1)
 
 
 def test_the_upgrade_refuses_a_version_1_store_in_one_line_and_the_server_still_refuses_it(store_url):

@@ -23,7 +23,6 @@ it takes where the SEP is silent) are this project's: the SEP numbers nothing;
 tests/CONFORMANCE.md lists both.
 """
 
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -248,28 +247,30 @@ class Idempotency:
         if not well_formed(ctx):
             return await call_next(ctx)  # the SDK's own error for malformed params; nothing runs
         fingerprint = rules.fingerprint(ctx.params["name"], ctx.params.get("arguments"))
-        store_key = self.store_key(key)  # K2: this principal's key, computed once
+        principal = self.principal()  # K2: whose call this is, found once
+        store_key = self.store_key(principal, key)
         # P16: the store takes the key in one atomic step, or says which record holds it;
         # it reads first, so most retries (replay, conflict, in progress) take no lock.
         try:
-            claim = await self.store.claim(store_key, fingerprint)
+            claim = await self.store.claim(store_key, fingerprint, self.share_of(principal))
         except StoreUnavailable as error:  # P23: nothing claimed, nothing ran
             log.warning("store unavailable: key=%r not claimed (%s)", key, error)
             raise rejection(STORE_UNAVAILABLE, key) from None
         if isinstance(claim, Won):
             return await self.run_once(ctx, call_next, key, store_key, fingerprint, claim.owner)
-        if isinstance(claim, Full):  # P9: refuse rather than run without the guarantee
+        if isinstance(claim, Full):  # P9, P9': refuse rather than run without the guarantee
             log.debug("store full: key=%r", key)
             raise rejection(STORE_FULL, key)
         return self.answer(claim, fingerprint, key, ctx)
 
-    def store_key(self, key: str) -> str:
+    def store_key(self, principal: Principal, key: str) -> str:
         """K2, P21: the key as the store knows it: the principal's, so that no other principal's key can match it."""
-        # A JSON array of strings: two different (principal, key) pairs never spell the same
-        # text, and every store and instance takes it as it takes a key: no store change, no
-        # extra round trip. Records of an earlier version hold bare keys, which are not
-        # JSON arrays unless a client sent one as its key: they match nothing, and expire (P8).
-        return json.dumps([*self.principal(), key])
+        return rules.scoped_key(principal, key)
+
+    def share_of(self, principal: Principal) -> str:
+        """P9': whose share of the store a new record counts against: the principal's own, so that one
+        principal filling its share leaves every other principal's answers as they were (P21)."""
+        return rules.principal_name(principal)
 
     # -- P4.2-P4.4: a record holds the key ------------------------------------
 

@@ -8,6 +8,7 @@ both servers on the wire with the same rows, so the two cannot drift apart unsee
 """
 
 import hashlib
+import json
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema  # pydantic ships with every mcp
@@ -93,6 +94,36 @@ Amount = Annotated[
 
 RETENTION_SECONDS = 24 * 60 * 60  # P8: Stripe's window; outlasts any client's retry loop
 MAX_RECORDS = 10_000  # P9: a flood of unique keys costs at most this many records
+# P9': one principal's share of the store. A tenth of it, so that no fewer than ten
+# principals flooding together fill the store; and more than any one client needs
+# live at once (a retry loop holds one key at a time, a batch agent a few hundred).
+# A deployment with many principals sets the shared bound to shares x principals.
+MAX_RECORDS_PER_PRINCIPAL = 1_000
+
+
+def principal_name(principal: tuple[str, ...]) -> str:
+    """K2, P9': a principal as the store knows it, JSON text: no two principals spell the same."""
+    return json.dumps(list(principal))
+
+
+def scoped_key(principal: tuple[str, ...], key: str) -> str:
+    """K2, P21: a key as the store knows it, the principal's: no other principal's key can match it."""
+    # A JSON array of strings: two different (principal, key) pairs never spell the same
+    # text, and every store and instance takes it as it takes a key. Records of an
+    # earlier version hold bare keys, which are not JSON arrays unless a client sent
+    # one as its key: they match nothing, and expire (P8).
+    return json.dumps([*principal, key])
+
+
+def principal_of(stored_key: str) -> str:
+    """P9': the principal_name of a key as the store knows it; "" (nobody) for a bare key of an earlier version."""
+    try:
+        parts = json.loads(stored_key)
+    except ValueError:
+        return ""
+    if not (isinstance(parts, list) and len(parts) > 1 and all(isinstance(part, str) for part in parts)):
+        return ""
+    return principal_name(tuple(parts[:-1]))
 
 
 def capability(retention: float) -> dict[str, int]:

@@ -23,7 +23,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from .. import rules
 from ..layer import Idempotency, one_tenant, token_principal
 from ..probe import sdk_hides_the_key
-from ..stores import LEASE_SECONDS, Limits, OtherSchema, open_store
+from ..stores import Limits, OtherSchema, open_store
 from . import ledger, options
 
 log = logging.getLogger("idempotency")
@@ -143,13 +143,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--store", default=STORE, metavar="URL", help=f"memory, sqlite:PATH or postgresql://... (P15; default: {STORE})"
     )
-    parser.add_argument(
-        "--lease",
-        type=options.seconds,
-        default=LEASE_SECONDS,
-        metavar="SECONDS",
-        help="how long a claim is held before a retry may take it over (P18; default: 30)",
-    )
     options.add_common_options(parser)
     oauth = parser.add_argument_group(
         "authorisation (HTTP only): an OAuth 2.1 resource server; see mcp_idempotency/auth.py"
@@ -262,7 +255,7 @@ def main(layer: type[Idempotency] = Idempotency, argv: list[str] | None = None) 
     for refusal in (sdk_hides_the_key(), unauthenticated_refusal(settings)):
         if refusal is not None:
             sys.exit(refusal)
-    limits = Limits(settings.retention, settings.lease, settings.max_records)
+    limits = options.limits_of(settings)
     problem = anyio.run(store_problem, settings.store, limits)
     if problem is not None:
         sys.exit(f"cannot open the store {settings.store}: {problem}")

@@ -1,10 +1,11 @@
-"""The command-line options the demo's servers share: the window, the bound, the tool's delay, the decision log."""
+"""The command-line options the demo's servers share: the windows, the bounds, the tool's delay, the decision log."""
 
 import argparse
 
-from ..rules import MAX_RECORDS, RETENTION_SECONDS
+from ..rules import MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, RETENTION_SECONDS
+from ..stores import LEASE_SECONDS, Limits
 
-# P8, P9 on the command line: the window and the bound the demo's servers keep, settable
+# P8, P9, P9', P18 on the command line: the windows and the bounds the demo's servers keep, settable
 # when they start. One that is not above zero would void the guarantee, so it is
 # refused before anything serves.
 
@@ -34,7 +35,7 @@ def delay(text: str) -> float:
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
-    """The options both servers take: the window, the bound, the demo's charge delay, the decision log."""
+    """The options both servers take: the windows, the bounds, the demo's charge delay, the decision log."""
     parser.add_argument(
         "--retention",
         type=seconds,
@@ -43,11 +44,25 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         help="how long a completed key is remembered (P8; default: 24 hours)",
     )
     parser.add_argument(
+        "--lease",
+        type=seconds,
+        default=LEASE_SECONDS,
+        metavar="SECONDS",
+        help="how long a claim is held before a retry may take it over (P18; default: 30)",
+    )
+    parser.add_argument(
         "--max-records",
         type=records,
         default=MAX_RECORDS,
         metavar="N",
-        help="how many live records the store may hold (P9; default: 10000)",
+        help=f"how many live records the store may hold (P9; default: {MAX_RECORDS})",
+    )
+    parser.add_argument(
+        "--max-records-per-principal",
+        type=records,
+        default=MAX_RECORDS_PER_PRINCIPAL,
+        metavar="N",
+        help=f"how many of them one principal may hold (P9'; default: {MAX_RECORDS_PER_PRINCIPAL})",
     )
     parser.add_argument(
         "--charge-delay",
@@ -59,3 +74,8 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verbose", action="store_true", help="log every idempotency decision on stderr (the demos turn this on)"
     )
+
+
+def limits_of(settings: argparse.Namespace) -> Limits:
+    """The store's limits as the command line set them."""
+    return Limits(settings.retention, settings.lease, settings.max_records, settings.max_records_per_principal)

@@ -11,10 +11,15 @@ One interface, three stores, one module each, chosen by URL:
 
 Every store answers what the dispatch layer asks:
 
-    claim(key, fingerprint)   P4, P16, P18: the record that holds the key (read first, with
+    claim(key, fingerprint, principal)
+                              P4, P16, P18: the record that holds the key (read first, with
                               no lock, so most retries cost a read), or else the key taken in
-                              one atomic step, or a takeover of a claim whose lease passed
+                              one atomic step, or a takeover of a claim whose lease passed;
+                              P9, P9': refused when the store, or this principal's share of
+                              it, is full
     release(key, owner)       P6': the key given back, so the retry runs the tool again
+    forget(principal)         every record of one principal, running or completed, deleted
+                              (an account closed, a data-protection request): how many
     transaction()             P17: a unit of work; the tool's own writes join the one the
                               dispatch layer opened (as a savepoint), and
                               tx.complete() has the commit complete the record with them,
@@ -34,7 +39,9 @@ layer then records nothing, gives the key back and tells the client to retry (P2
 Every record is running (its deadline is the lease's end, P18) or completed (its
 deadline is the retention window's end, P8). A record past its deadline reads as
 absent, or as free to take over (`may_take` below says which); the bound (P9) is kept by a count, and expired
-records are purged only when the count reaches it.
+records are purged only when the count reaches it. A principal's share (P9') counts its
+records whose deadline has not passed, through an index on (principal, deadline): no
+count of its own to keep in step, and a record that expires frees its place at once.
 """
 
 import contextvars
@@ -49,7 +56,7 @@ from typing import NamedTuple
 
 import anyio
 
-from ..rules import MAX_RECORDS, RETENTION_SECONDS
+from ..rules import MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, RETENTION_SECONDS
 
 # ----------------------------------------------------------------------------
 # What a claim returns, and what a store keeps to
@@ -70,7 +77,7 @@ class Held(NamedTuple):
 
 
 class Full(NamedTuple):
-    """P9: the store holds as many live records as it may; a new key is refused."""
+    """P9, P9': the store, or the principal's share of it, holds all the live records it may: a new key is refused."""
 
 
 class StoreUnavailable(Exception):
@@ -98,11 +105,12 @@ LEASE_SECONDS = 30.0  # P18: longer than any tool here may run, short enough for
 
 @dataclass(frozen=True)
 class Limits:
-    """The windows and the bound every store enforces (P8, P9, P18)."""
+    """The windows and the bounds every store enforces (P8, P9, P9', P18)."""
 
     retention: float = RETENTION_SECONDS  # seconds a completed record is replayed
     lease: float = LEASE_SECONDS  # seconds a claim is held before a retry with the same fingerprint may take over
     max_records: int = MAX_RECORDS  # live records at most, running or completed
+    max_records_per_principal: int = MAX_RECORDS_PER_PRINCIPAL  # P9': one principal's records whose deadline is ahead
 
     @property
     def wait(self) -> float:
@@ -242,13 +250,19 @@ class Store(ABC):
         self.limits = limits
 
     @abstractmethod
-    async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
-        """P4, P8, P9, P16, P18: the record that holds `key` (an expired one counts as absent,
-        a running one whose lease passed is taken over by the same request), or the key taken."""
+    async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
+        """P4, P8, P9, P9', P16, P18: the record that holds `key` (an expired one counts as absent,
+        a running one whose lease passed is taken over by the same request), or the key taken
+        for `principal` (rules.principal_name), unless the store or that principal's share is full."""
 
     @abstractmethod
     async def release(self, key: str, owner: str) -> None:
         """P6': give the key back (drop its running record) if `owner` still holds it, so a retry runs anew."""
+
+    @abstractmethod
+    async def forget(self, principal: str) -> int:
+        """Delete every record of `principal`, running or completed; how many there were. A call of
+        theirs running meanwhile finds its record gone: its completion is fenced off (P18)."""
 
     @abstractmethod
     def begin(self) -> Transaction:

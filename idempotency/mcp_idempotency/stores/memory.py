@@ -10,6 +10,7 @@ from . import Full, Held, Limits, Store, Transaction, Won, may_take, new_owner
 
 @dataclass
 class Record:
+    principal: str  # whose share it counts against (P9')
     fingerprint: bytes
     status: str  # "running" or "completed"
     deadline: float  # running: the lease's end (P18); completed: the retention window's end (P8)
@@ -29,6 +30,7 @@ class MemoryStore(Store):
         # Completed keys in the order they completed, which is the order they expire
         # in: a purge only ever looks at the front (P8).
         self.expiry_order: deque[str] = deque()
+        self.keys_of: dict[str, set[str]] = {}  # P9': principal -> its keys, as the SQL stores' index on principal
         self.values: dict[str, int] = {}  # what tools keep here, by name, as committed
 
     def purge(self) -> None:
@@ -40,26 +42,45 @@ class MemoryStore(Store):
                 return
             key = self.expiry_order.popleft()
             if record is not None and record.status == "completed":
-                del self.records[key]
+                self.drop(key)
 
-    async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
+    def drop(self, key: str) -> None:
+        """Delete one record, and its place in its principal's keys."""
+        record = self.records.pop(key)
+        self.keys_of[record.principal].discard(key)
+
+    def share_taken(self, principal: str, key: str, now: float) -> bool:
+        """P9': does `principal` hold its share of records whose deadline is ahead, `key`'s own aside?"""
+        live = (k for k in self.keys_of.get(principal, ()) if k != key and self.records[k].deadline > now)
+        return sum(1 for _ in live) >= self.limits.max_records_per_principal
+
+    async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         # No `await` in here: on one event loop the look-up and the write are one step (P16).
         now = self.clock()
         record = self.records.get(key)
         if record is not None and not may_take(record.status, record.fingerprint, record.deadline <= now, fingerprint):
             return Held(record.fingerprint, record.outcome)  # replay, conflict or in progress
+        if self.share_taken(principal, key, now):
+            return Full()
         if record is None and len(self.records) >= self.limits.max_records:
             self.purge()
             if len(self.records) >= self.limits.max_records:
                 return Full()
         owner = new_owner()
-        self.records[key] = Record(fingerprint, "running", now + self.limits.lease, owner)
+        self.records[key] = Record(principal, fingerprint, "running", now + self.limits.lease, owner)
+        self.keys_of.setdefault(principal, set()).add(key)
         return Won(owner)
 
     async def release(self, key: str, owner: str) -> None:
         record = self.records.get(key)
         if record is not None and record.status == "running" and record.owner == owner:
+            self.drop(key)
+
+    async def forget(self, principal: str) -> int:
+        keys = self.keys_of.pop(principal, set())
+        for key in keys:
             del self.records[key]
+        return len(keys)
 
     def begin(self) -> Transaction:
         return MemoryTransaction(self)

@@ -1,8 +1,8 @@
 """postgresql: one server, several machines; its clock is the only clock (P19).
 
-The tables and the claim function are stores/postgres_v3.sql, created once on an
-empty database; a database holding another version is refused in one line, which
-names `mcp-idempotency-store upgrade URL` for version 2 (see `upgrade`).
+The tables are stores/postgres_v3.sql and the claim function postgres_v3_claim.sql,
+created once on an empty database; a database holding another version is refused in
+one line, which names `mcp-idempotency-store upgrade URL` for version 2 (see `upgrade`).
 
 Every wait is bounded (P23): a lock for `limits.wait` (then a claim answers in
 progress, a unit of work gives up), a statement for a lease, a session idle inside
@@ -27,6 +27,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import asyncpg
 
+from ..rules import principal_of
 from . import (
     SCHEMA_VERSION,
     Full,
@@ -41,7 +42,8 @@ from . import (
     new_owner,
 )
 
-SCHEMA = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}.sql").read_text()
+CLAIM_FUNCTION = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}_claim.sql").read_text()
+SCHEMA = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}.sql").read_text() + CLAIM_FUNCTION
 OTHERWISE = "use an empty database"  # for a version that cannot be upgraded in place
 
 T = TypeVar("T")  # what a statement run in a unit of work returns
@@ -51,7 +53,7 @@ T = TypeVar("T")  # what a statement run in a unit of work returns
 # with the transaction, so no pooled connection keeps it).
 TABLES_FOUND = "SELECT to_regclass('idempotency_schema') IS NOT NULL, to_regclass('idempotency_records') IS NOT NULL"
 
-CLAIM = "SELECT status, fingerprint, outcome FROM idempotency_claim($1, $2, $3, $4, $5)"
+CLAIM = "SELECT status, fingerprint, outcome FROM idempotency_claim($1, $2, $3, $4, $5, $6, $7)"
 
 # What a claim that waited too long on the key's row answers (P23): that row is
 # locked by an instance completing or taking over the key, so it is in progress.
@@ -62,6 +64,26 @@ RELEASE = """
 WITH released AS (DELETE FROM idempotency_records WHERE key = $1 AND status = 'running' AND owner = $2 RETURNING 1)
 UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM released)
 """
+
+# Every record of one principal; P9: the count follows.
+FORGET = """
+WITH forgotten AS (DELETE FROM idempotency_records WHERE principal = $1 RETURNING 1)
+UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM forgotten) RETURNING (SELECT count(*) FROM forgotten)
+"""
+
+# Version 2 to 3 (P9'): each record gains its principal, read from its key in Python
+# (rules.principal_of: the JSON the layer wrote, which SQL's JSON would print otherwise),
+# and the claim function takes it.
+UPGRADE_FROM_2 = [
+    "ALTER TABLE idempotency_records ADD COLUMN principal text NOT NULL DEFAULT ''",
+    "DROP FUNCTION idempotency_claim(text, bytea, text, float8, bigint)",
+]
+UPGRADED_TO_3 = [
+    "ALTER TABLE idempotency_records ALTER COLUMN principal DROP DEFAULT",
+    "CREATE INDEX idempotency_records_share ON idempotency_records (principal, deadline)",
+    CLAIM_FUNCTION,
+    f"UPDATE idempotency_schema SET version = {SCHEMA_VERSION}",
+]
 
 # P17, P18: the first completion of a running key for this request wins; any other is fenced off.
 COMPLETE = """
@@ -113,14 +135,20 @@ async def create_schema(db: Any, url: str) -> None:
 
 async def upgrade(url: str) -> bool:
     """`mcp-idempotency-store upgrade postgresql://...`: version 2 becomes 3 in place (False: it was 3 already).
-    Its tables and claim function are version 3's already, the demo's ledger beside them: only the version moves."""
+    Every record gains its principal (P9'), the claim function takes it; the demo's ledger stays as it is."""
     # One connection, no prepared statements kept: it works behind a transaction-mode pooler too.
     db = await asyncpg.connect(behind_pooler(url)[0], statement_cache_size=0)
     try:
         async with db.transaction():
             upgrading = must_upgrade(url, await found_version(db), OTHERWISE)
             if upgrading:
-                await db.execute("UPDATE idempotency_schema SET version = $1", SCHEMA_VERSION)
+                for statement in UPGRADE_FROM_2:
+                    await db.execute(statement)
+                keys = [row["key"] for row in await db.fetch("SELECT key FROM idempotency_records")]
+                named = [(key, principal_of(key)) for key in keys]
+                await db.executemany("UPDATE idempotency_records SET principal = $2 WHERE key = $1", named)
+                for statement in UPGRADED_TO_3:
+                    await db.execute(statement)
     finally:
         await db.close()
     return upgrading
@@ -184,12 +212,13 @@ class PostgresStore(Store):
         """A pooled connection, waited for `limits.wait` at most (P23)."""
         return self.pool.acquire(timeout=self.limits.wait)
 
-    async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
+    async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         owner = new_owner()
+        bounds = (self.limits.lease, self.limits.max_records, self.limits.max_records_per_principal)
         try:
             async with self.connection() as db:
                 try:
-                    row = await db.fetchrow(CLAIM, key, fingerprint, owner, self.limits.lease, self.limits.max_records)
+                    row = await db.fetchrow(CLAIM, key, principal, fingerprint, owner, *bounds)
                 except asyncpg.LockNotAvailableError as waited:  # P23: one completing the key holds its row
                     row = await db.fetchrow(HOLDER, key)
                     if row is None:  # it was given back meanwhile: the client may retry at once
@@ -209,6 +238,14 @@ class PostgresStore(Store):
                 await db.execute(RELEASE, key, owner)
         except STORE_FAILURES as error:
             raise failed(error) from error
+
+    async def forget(self, principal: str) -> int:
+        try:
+            async with self.connection() as db:
+                forgotten: int = await db.fetchval(FORGET, principal)
+        except STORE_FAILURES as error:
+            raise failed(error) from error
+        return forgotten
 
     def begin(self) -> Transaction:
         return PostgresTransaction(self)

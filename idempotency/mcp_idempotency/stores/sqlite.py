@@ -11,6 +11,7 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 
+from ..rules import principal_of
 from . import (
     LONGEST_WAIT,
     SCHEMA_VERSION,
@@ -27,12 +28,18 @@ from . import (
     new_owner,
 )
 
+# P9': whose share a record counts against (rules.principal_name); "" for nobody's (a
+# bare key of an earlier version). One definition, for a new file and for the upgrade.
+PRINCIPAL = "principal TEXT NOT NULL DEFAULT ''"
+SHARE_INDEX = "CREATE INDEX idempotency_records_share ON idempotency_records (principal, deadline)"
+
 # The records and their count: schema version 3 (PRAGMA user_version). Version 2 held
-# the demo's ledger too; 1 was the layout with NULL patterns across columns (see
-# SCHEMA_VERSION in stores/__init__.py).
+# the demo's ledger too and had no principal column; 1 was the layout with NULL
+# patterns across columns (see SCHEMA_VERSION in stores/__init__.py).
 SCHEMA = f"""
 CREATE TABLE idempotency_records (
     key          TEXT PRIMARY KEY,
+    {PRINCIPAL},
     fingerprint  BLOB NOT NULL,
     status       TEXT NOT NULL CHECK (status IN ('running', 'completed')),
     deadline     REAL NOT NULL,  -- running: when a retry may take over (P18); completed: when it expires (P8)
@@ -41,6 +48,7 @@ CREATE TABLE idempotency_records (
     CHECK ((status = 'completed') = (outcome IS NOT NULL))
 );
 CREATE INDEX idempotency_records_expiry ON idempotency_records (deadline) WHERE status = 'completed';
+{SHARE_INDEX};
 -- P9: how many records there are, kept in step by every claim and purge, so that
 -- no claim has to count the table (a count is a walk of every key).
 CREATE TABLE idempotency_record_count (
@@ -65,8 +73,8 @@ HOLDER = "SELECT fingerprint, status, outcome, deadline <= :now FROM idempotency
 # request (a takeover, P18). It returns a row exactly when this call now holds the
 # key. It trusts no earlier read.
 CLAIM = """
-INSERT INTO idempotency_records (key, fingerprint, status, deadline, owner)
-VALUES (:key, :fingerprint, 'running', :now + :lease, :owner)
+INSERT INTO idempotency_records (key, principal, fingerprint, status, deadline, owner)
+VALUES (:key, :principal, :fingerprint, 'running', :now + :lease, :owner)
 ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, status = 'running', deadline = excluded.deadline,
                                 owner = excluded.owner, outcome = NULL
 WHERE idempotency_records.deadline <= :now
@@ -78,6 +86,13 @@ COUNT = "SELECT n FROM idempotency_record_count"
 COUNTED = "UPDATE idempotency_record_count SET n = n + ?"
 IS_NEW = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)"
 
+# P9': does the principal hold its share of records whose deadline is ahead, this key's
+# own aside? A walk of the share index that stops at the share.
+SHARE_TAKEN = """
+SELECT count(*) >= :share FROM (
+    SELECT 1 FROM idempotency_records WHERE principal = :principal AND deadline > :now AND key <> :key LIMIT :share)
+"""
+
 # P8, P9: a purge runs only when the bound is reached, oldest first, a batch at a time.
 PURGE = """
 DELETE FROM idempotency_records WHERE key IN (
@@ -86,6 +101,7 @@ DELETE FROM idempotency_records WHERE key IN (
 
 # P6': only the claim's holder gives it back.
 RELEASE = "DELETE FROM idempotency_records WHERE key = ? AND status = 'running' AND owner = ?"
+FORGET = "DELETE FROM idempotency_records WHERE principal = ?"
 
 # P17, P18: the first completion of a running key for this request wins; any other is fenced off.
 COMPLETE = """
@@ -150,7 +166,7 @@ def create_schema(path: str) -> None:
 
 def upgrade(path: str) -> bool:
     """`mcp-idempotency-store upgrade sqlite:PATH`: version 2 becomes 3 in place (False: it was 3 already).
-    Its tables stay as they are, the records and the demo's ledger with them; only the version moves."""
+    Every record gains its principal, read from its key (P9'); the demo's ledger stays as it is."""
     if not os.path.exists(path):  # connecting would make an empty file there
         raise FileNotFoundError(f"no such file: {path}")
     with schema_turn(path) as db:
@@ -158,6 +174,10 @@ def upgrade(path: str) -> bool:
         try:
             upgrading = must_upgrade(f"sqlite:{path}", found_version(db), OTHERWISE)
             if upgrading:
+                db.create_function("principal_of", 1, principal_of, deterministic=True)
+                db.execute(f"ALTER TABLE idempotency_records ADD COLUMN {PRINCIPAL}")
+                db.execute("UPDATE idempotency_records SET principal = principal_of(key)")
+                db.execute(SHARE_INDEX)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
         finally:
@@ -202,17 +222,17 @@ class SQLiteStore(Store):
         self.on_loop.close()
         self.writer.close()
 
-    async def claim(self, key: str, fingerprint: bytes) -> Won | Held | Full:
+    async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         try:
-            return self.claim_on(self.on_loop, key, fingerprint)
+            return self.claim_on(self.on_loop, key, fingerprint, principal)
         except sqlite3.OperationalError:  # "database is locked": another writer has the file; wait aside
             try:
                 async with self.turn:
-                    return await anyio.to_thread.run_sync(self.claim_on, self.writer, key, fingerprint)
+                    return await anyio.to_thread.run_sync(self.claim_on, self.writer, key, fingerprint, principal)
             except sqlite3.Error as error:
                 raise failed(error) from error
 
-    def claim_on(self, db: sqlite3.Connection, key: str, fingerprint: bytes) -> Won | Held | Full:
+    def claim_on(self, db: sqlite3.Connection, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         """P4, P8, P9, P16, P18: a read; then, if the key may be taken, one write transaction."""
         now = self.clock()
         holder = db.execute(HOLDER, {"key": key, "now": now}).fetchone()
@@ -220,10 +240,12 @@ class SQLiteStore(Store):
             stored, status, outcome, passed = holder
             if not may_take(status, stored, bool(passed), fingerprint):
                 return Held(stored, outcome)  # no write at all: a replay, a conflict, in progress
-        return self.take(db, key, fingerprint, now)
+        return self.take(db, key, fingerprint, principal, now)
 
-    def take(self, db: sqlite3.Connection, key: str, fingerprint: bytes, now: float) -> Won | Held | Full:
-        """P9, P16, P18: under the write lock, the key claimed, or the record that holds it now."""
+    def take(
+        self, db: sqlite3.Connection, key: str, fingerprint: bytes, principal: str, now: float
+    ) -> Won | Held | Full:
+        """P9, P9', P16, P18: under the write lock, the key claimed, or the record that holds it now."""
         db.execute("BEGIN IMMEDIATE")  # no other writer from here to COMMIT: what is read now stays true
         try:
             new: int = db.execute(IS_NEW, (key,)).fetchone()[0]
@@ -233,13 +255,16 @@ class SQLiteStore(Store):
                     db.execute("COMMIT")  # keep the purge
                     return Full()
             owner = new_owner()
-            won = db.execute(
-                CLAIM, {"key": key, "fingerprint": fingerprint, "owner": owner, "now": now, "lease": self.limits.lease}
-            ).fetchone()
+            claim = {"key": key, "principal": principal, "fingerprint": fingerprint, "owner": owner, "now": now}
+            won = db.execute(CLAIM, {**claim, "lease": self.limits.lease}).fetchone()
             if won is None:  # another process claimed or completed it between the read and BEGIN
                 holder = db.execute(HOLDER, {"key": key, "now": now}).fetchone()
                 db.execute("COMMIT")
                 return Held(holder[0], holder[2])
+            share = {"principal": principal, "now": now, "key": key, "share": self.limits.max_records_per_principal}
+            if db.execute(SHARE_TAKEN, share).fetchone()[0]:  # P9': checked once the key is ours, so never
+                db.execute("ROLLBACK")  # instead of a replay or an in-progress; the claim is undone
+                return Full()
             db.execute(COUNTED, (new,))
             db.execute("COMMIT")
             return Won(owner)
@@ -249,11 +274,21 @@ class SQLiteStore(Store):
             raise
 
     async def release(self, key: str, owner: str) -> None:
-        def give_back(db: sqlite3.Connection) -> None:
+        await self.deleted(RELEASE, (key, owner))
+
+    async def forget(self, principal: str) -> int:
+        return await self.deleted(FORGET, (principal,))
+
+    async def deleted(self, statement: str, parameters: tuple[str, ...]) -> int:
+        """P9: one DELETE and the count kept in step with it, in one write transaction; how many rows went."""
+
+        def delete(db: sqlite3.Connection) -> int:
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.execute(COUNTED, (-db.execute(RELEASE, (key, owner)).rowcount,))
+                gone: int = db.execute(statement, parameters).rowcount
+                db.execute(COUNTED, (-gone,))
                 db.execute("COMMIT")
+                return gone
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
@@ -261,7 +296,7 @@ class SQLiteStore(Store):
 
         try:
             async with self.turn:
-                await anyio.to_thread.run_sync(give_back, self.writer)
+                return await anyio.to_thread.run_sync(delete, self.writer)
         except sqlite3.Error as error:
             raise failed(error) from error
 
