@@ -1,7 +1,8 @@
-"""What an idempotencyKey costs both servers, in seven measurements.
+"""What an idempotencyKey costs both servers, in eight measurements.
 
     PYTHONPATH=tests:. .venv/bin/python benchmarks/bench.py [--calls N] [--repeats N] [--records N]
-        [--in-flight N] [--clients N] [--scale-calls N] [--postgres URL] [--sections 1234567] [--server PATH]
+        [--in-flight N] [--clients N] [--scale-calls N] [--held N] [--postgres URL] [--sections 12345678]
+        [--server PATH]
         [--write PATH]
 
     e.g. PYTHONPATH=tests:. .venv/bin/python benchmarks/bench.py --calls 600 --repeats 100 --records 5000 \\
@@ -30,7 +31,9 @@ PYTHONPATH, as a user starts it. Each section is a module of this folder:
    store against one;
 6. authorisation.py: section 5's round trip on each store without and, interleaved
    with it, with OAuth (--issuer, the real issuer, a bearer token on every call);
-7. tuning.py: each tuning choice of the stores on and off, side by side.
+7. tuning.py: each tuning choice of the stores on and off, side by side;
+8. share.py: a principal's share (P9') on each store, holding nothing against
+   holding --held live records, side by side.
 
 Every target is printed with MET or MISSED. A missed target is a finding, so it
 never fails the run; a wrong answer (an error reply, a charge too many or too
@@ -44,7 +47,7 @@ tests need for their log assertions and a user's server does not have. Over HTTP
 the timed calls use one kept-alive connection per client, as the SDK's own
 client (httpx) does, rather than the wire's fresh connection and thread per
 message, so that less of each figure is the harness. Sections 5 to 7 need a
-PostgreSQL server for their PostgreSQL rows (--postgres, default $SEP3182_POSTGRES):
+PostgreSQL server for their PostgreSQL rows (8 too; --postgres, default $SEP3182_POSTGRES):
 they make databases of their own there and drop them afterwards; without one those
 rows say "not measured".
 """
@@ -69,11 +72,12 @@ from concurrency import concurrency
 from fingerprint import fingerprint_cost
 from memory import memory
 from round_trip import round_trip
+from share import share_cost
 from shared_stores import shared_stores
 from tuning import tuning
 
-SECTIONS = "1234567"
-NEEDS_POSTGRES = {"5", "6", "7"}
+SECTIONS = "12345678"
+NEEDS_POSTGRES = {"5", "6", "7", "8"}
 
 
 def parse_args() -> argparse.Namespace:
@@ -111,10 +115,17 @@ def parse_args() -> argparse.Namespace:
         help="section 5: keyed calls in each round on 1 and on 4 instances (default: 400)",
     )
     parser.add_argument(
+        "--held",
+        type=int,
+        default=900,
+        metavar="N",
+        help="section 8: live records one server's principal holds before the timed calls (default: 900)",
+    )
+    parser.add_argument(
         "--postgres",
         default=os.environ.get("SEP3182_POSTGRES"),
         metavar="URL",
-        help="sections 5 to 7: a PostgreSQL server to make databases on (default: $SEP3182_POSTGRES)",
+        help="sections 5 to 8: a PostgreSQL server to make databases on (default: $SEP3182_POSTGRES)",
     )
     parser.add_argument(
         "--sections", default=SECTIONS, metavar="DIGITS", help=f"which sections to run, e.g. 15 (default: {SECTIONS})"
@@ -128,7 +139,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if set(args.sections) - set(SECTIONS):
         parser.error(f"--sections takes digits of {SECTIONS}, not {args.sections!r}")
-    if min(args.calls, args.repeats, args.records, args.in_flight, args.clients) < 1 or args.scale_calls < args.clients:
+    counts = (args.calls, args.repeats, args.records, args.in_flight, args.clients, args.held)
+    if min(counts) < 1 or args.scale_calls < args.clients:
         parser.error("every count must be at least 1, and --scale-calls at least --clients")
     return args
 
@@ -163,6 +175,7 @@ def main() -> None:
     emit(
         f"\n`benchmarks/bench.py --calls {args.calls} --repeats {args.repeats} --records {args.records} "
         f"--in-flight {args.in_flight} --clients {args.clients} --scale-calls {args.scale_calls}"
+        + f" --held {args.held}"
         + ("" if args.sections == SECTIONS else f" --sections {args.sections}")
         + "`"
     )
@@ -174,6 +187,7 @@ def main() -> None:
         "5": lambda: shared_stores(args.calls, args.clients, args.scale_calls, postgres),
         "6": lambda: authorisation(args.calls, postgres),
         "7": lambda: tuning(args.calls, postgres),
+        "8": lambda: share_cost(args.calls, args.held, postgres),
     }
     for number in SECTIONS:
         if number in args.sections:

@@ -26,6 +26,8 @@ TINY = [
     "2",
     "--scale-calls",
     "8",
+    "--held",
+    "3",
 ]
 SECTIONS = [
     "## 1a. Round trip per target",
@@ -41,6 +43,7 @@ SECTIONS = [
     "## 6a. Authorisation: round trip",
     "## 6b. Authorisation: keyed over unkeyed",
     "## 7. Tuning choices",
+    "## 8. A principal's share",
 ]
 POSTGRES = os.environ.get("SEP3182_POSTGRES")
 
@@ -73,10 +76,11 @@ def test_benchmark_harness_runs_every_section_on_tiny_counts(tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not POSTGRES, reason="no PostgreSQL server: set SEP3182_POSTGRES (see tests/postgres.sh)")
 def test_benchmark_measures_postgresql_when_given_a_server():
-    """Sections 5 to 7 on the PostgreSQL server SEP3182_POSTGRES names, in databases the bench drops afterwards."""
-    run = bench("--sections", "567", "--postgres", POSTGRES)
+    """Sections 5 to 8 on the PostgreSQL server SEP3182_POSTGRES names, in databases the bench drops afterwards."""
+    run = bench("--sections", "5678", "--postgres", POSTGRES)
     assert "not measured" not in run.stdout
     assert "| PostgreSQL | fresh key, executes |" in run.stdout
     assert re.search(r"\| PostgreSQL \| fresh key, executes \| \d+ \| \d+ \|", run.stdout)  # its trips, counted
     assert "| PostgreSQL, OAuth, --issuer | fresh key, executes |" in run.stdout
     assert "| PostgreSQL | lazy savepoints" in run.stdout
+    assert re.search(r"\| PostgreSQL \| \d\.\d{3} \| \d\.\d{3} \|", run.stdout)  # section 8's row

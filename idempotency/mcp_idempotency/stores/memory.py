@@ -51,8 +51,11 @@ class MemoryStore(Store):
 
     def share_taken(self, principal: str, key: str, now: float) -> bool:
         """P9': does `principal` hold its share of records whose deadline is ahead, `key`'s own aside?"""
-        live = (k for k in self.keys_of.get(principal, ()) if k != key and self.records[k].deadline > now)
-        return sum(1 for _ in live) >= self.limits.max_records_per_principal
+        keys, share = self.keys_of.get(principal, set()), self.limits.max_records_per_principal
+        if len(keys) < share:  # fewer records than the share, live or not: no walk
+            return False
+        live = (k for k in keys if k != key and self.records[k].deadline > now)
+        return sum(1 for _ in live) >= share
 
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         # No `await` in here: on one event loop the look-up and the write are one step (P16).

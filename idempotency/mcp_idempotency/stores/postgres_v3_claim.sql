@@ -27,15 +27,18 @@ BEGIN
         RETURN QUERY SELECT 'held', holder.fingerprint, holder.outcome;  -- no write at all
         RETURN;
     END IF;
-    -- P9': the principal's records whose deadline is ahead, this key's own aside, a walk of
-    -- the share index that stops at the share. Its claims take turns on a lock of their
-    -- own (advisory, two-key space, until COMMIT), so two of them never both see room for
-    -- one; other principals' claims, and every replay, never wait for it. Taken before
-    -- the key's row, so locks come in one order: principal, key, count.
+    -- P9': the principal's records whose deadline is ahead, a walk of the share index alone
+    -- that stops at the share. The key's own is not among them (it was free, or past its
+    -- deadline, when read above) unless another claim took it since: then this one answers
+    -- full where in progress was due, both "retry later" (P5'), and the retry learns which.
+    -- Its claims take turns on a lock of their own (advisory, two-key space, until COMMIT),
+    -- so two of them never both see room for one; other principals' claims, and every
+    -- replay, never wait for it. Taken before the key's row, so locks come in one order:
+    -- principal, key, count.
     PERFORM pg_advisory_xact_lock(3182, hashtext(claim_principal));
     IF (SELECT count(*) FROM (SELECT 1 FROM idempotency_records r
                               WHERE r.principal = claim_principal AND r.deadline > clock_timestamp()
-                                AND r.key <> claim_key LIMIT max_per_principal) mine) >= max_per_principal THEN
+                              LIMIT max_per_principal) mine) >= max_per_principal THEN
         RETURN QUERY SELECT 'full', NULL::bytea, NULL::text;
         RETURN;
     END IF;

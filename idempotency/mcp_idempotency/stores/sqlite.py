@@ -86,11 +86,12 @@ COUNT = "SELECT n FROM idempotency_record_count"
 COUNTED = "UPDATE idempotency_record_count SET n = n + ?"
 IS_NEW = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)"
 
-# P9': does the principal hold its share of records whose deadline is ahead, this key's
-# own aside? A walk of the share index that stops at the share.
-SHARE_TAKEN = """
-SELECT count(*) >= :share FROM (
-    SELECT 1 FROM idempotency_records WHERE principal = :principal AND deadline > :now AND key <> :key LIMIT :share)
+# P9': once this claim holds the key, does the principal hold more than its share of
+# records whose deadline is ahead, the key's own included? A walk of the share index
+# alone (it holds both columns read), which stops one past the share.
+SHARE_EXCEEDED = """
+SELECT count(*) > :share FROM (
+    SELECT 1 FROM idempotency_records WHERE principal = :principal AND deadline > :now LIMIT :share + 1)
 """
 
 # P8, P9: a purge runs only when the bound is reached, oldest first, a batch at a time.
@@ -261,9 +262,9 @@ class SQLiteStore(Store):
                 holder = db.execute(HOLDER, {"key": key, "now": now}).fetchone()
                 db.execute("COMMIT")
                 return Held(holder[0], holder[2])
-            share = {"principal": principal, "now": now, "key": key, "share": self.limits.max_records_per_principal}
-            if db.execute(SHARE_TAKEN, share).fetchone()[0]:  # P9': checked once the key is ours, so never
-                db.execute("ROLLBACK")  # instead of a replay or an in-progress; the claim is undone
+            share = {"principal": principal, "now": now, "share": self.limits.max_records_per_principal}
+            if db.execute(SHARE_EXCEEDED, share).fetchone()[0]:  # P9': after the claim, so a key another
+                db.execute("ROLLBACK")  # process took meanwhile is answered as held, never as full
                 return Full()
             db.execute(COUNTED, (new,))
             db.execute("COMMIT")
