@@ -1209,6 +1209,27 @@ def store_bound(server: Server) -> dict:
     return {} if as_p5 else {"unshaped": answer["error"]}
 
 
+@check(
+    "share-per-principal",
+    "one principal filling its share of the store leaves another principal's new keys accepted",
+    "POSITION",
+    ["R6", "K2", "P9'"],
+    needs="bounded",
+)
+def share_per_principal(server: Server) -> dict:
+    """One principal sends new keys to the bounded server until it is refused as full; a second principal's
+    new key is then still accepted, because each principal holds at most its share, never the whole store."""
+    other = server.as_other("second_bearer")
+    accepted = 0
+    while error_type(server.charge(100, new_key())) != STORE_FULL:
+        accepted += 1
+        if accepted > server.options.max_records:
+            raise Failed(f"{accepted} new keys of one principal were all accepted")
+    theirs = other.charge(100, new_key())
+    expect(succeeded(theirs), f"after one principal's {accepted} new keys, another's new key got {theirs}")
+    return {"acceptedBeforeFull": accepted}
+
+
 # --- issue 25: retryable rejections, a bounded running record -------------------
 
 

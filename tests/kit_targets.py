@@ -142,11 +142,20 @@ STAND_INS = {
     "advertises-a-longer-key-than-it-takes": ("advertises_a_longer_key_than_it_takes.py", {"capability-settings"}),
     "compares-integers-as-doubles": ("compares_integers_as_doubles.py", {"large-integers-exact"}),
     "never-bounds-a-running-record": ("never_bounds_a_running_record.py", {"running-record-bounded"}),
+    # Issue 26: one principal may fill the whole store.
+    "bounds-only-the-whole-store": ("bounds_only_the_whole_store.py", {"share-per-principal"}),
 }
 
 # Behind authorisation (mcp_idempotency/auth.py): served over HTTP, trusting the real issuer (tests/oauth.py),
-# and checked with Alice's token, Bob's, and Alice's without the charge scope (K2, K3).
-AUTHORISED = {"2x-http-auth", "shares-keys-across-principals", "replays-without-rechecking-scope"}
+# and checked with Alice's token, Bob's, and Alice's without the charge scope (K2, K3). Their bounded server
+# gives each principal two of its three records (P9'), so that Alice filling hers leaves room for Bob.
+AUTHORISED = {
+    "2x-http-auth",
+    "shares-keys-across-principals",
+    "replays-without-rechecking-scope",
+    "bounds-only-the-whole-store",
+}
+SHARE_OF_THE_BOUNDED = ["--max-records-per-principal", "2"]
 for name, (script, _) in STAND_INS.items():
     TARGETS[name] = (
         name,
@@ -253,8 +262,14 @@ def run_kit(name: str, checks: list[str] | None = None, timeout: float = 30) -> 
     with tempfile.TemporaryDirectory() as folder, ExitStack() as servers:
         options = [option for check in checks or [] for option in ("--check", check)]
         trusting, tokens = authorised(servers) if name in AUTHORISED else ([], [])
+        share = SHARE_OF_THE_BOUNDED if name in AUTHORISED else []
         chosen = {
-            variant: [*with_store(command_of(), Path(folder), variant.rstrip("-")), *server_args, *trusting]
+            variant: [
+                *with_store(command_of(), Path(folder), variant.rstrip("-")),
+                *server_args,
+                *trusting,
+                *(share if variant == "bounded-" else []),
+            ]
             for variant, server_args in VARIANTS.items()
             if (variant.rstrip("-").replace("-", "_") or "main") in needed
         }

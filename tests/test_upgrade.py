@@ -9,9 +9,12 @@ ledger's row.
 """
 
 import contextlib
+import http.client
+import itertools
 import json
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +22,7 @@ import anyio
 import pytest
 from stores import execute, read_store
 from test_store import SCHEMA_1
-from wire import SDK2_SERVER, sdk2_python, start, text_of
+from wire import SDK2_SERVER, HttpWire, free_port, sdk2_python, start, text_of, with_envelope
 
 from mcp_idempotency.rules import fingerprint
 
@@ -38,20 +41,22 @@ OUTCOME = json.dumps(
 LEDGER = {"balance": 250, "charges": 2}
 
 
-def made_by_version_2(url: str) -> None:
-    """A store as the previous version made it, holding one completed record and the ledger's two charges."""
+def made_by_version_2(url: str, keys: tuple[str, ...] = (KEY,)) -> None:
+    """A store as the previous version made it: a completed record for each of the one tenant's `keys` and
+    for BARE_KEY, and the ledger's two charges."""
+    stored = [*(json.dumps(["one tenant", key]) for key in keys), BARE_KEY]
     if url.startswith("sqlite:"):
         with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:"), isolation_level=None)) as db:
             db.execute("PRAGMA journal_mode = WAL")
             db.executescript(f"BEGIN IMMEDIATE; {(FIXTURES / 'sqlite_v2.sql').read_text()} COMMIT;")
             db.execute("BEGIN IMMEDIATE")
-            for key in (STORE_KEY, BARE_KEY):
+            for key in stored:
                 db.execute(
                     "INSERT INTO idempotency_records (key, fingerprint, status, deadline, outcome) "
                     "VALUES (?, ?, 'completed', ?, ?)",
                     (key, FINGERPRINT, time.time() + 3600, OUTCOME),
                 )
-            db.execute("UPDATE idempotency_record_count SET n = 2")
+            db.execute("UPDATE idempotency_record_count SET n = ?", (len(stored),))
             db.execute("UPDATE ledger SET balance = ?, charges = ?", (LEDGER["balance"], LEDGER["charges"]))
             db.execute("COMMIT")
         return
@@ -63,7 +68,7 @@ def made_by_version_2(url: str) -> None:
         try:
             async with db.transaction():
                 await db.execute((FIXTURES / "postgres_v2.sql").read_text())
-                for key in (STORE_KEY, BARE_KEY):
+                for key in stored:
                     await db.execute(
                         "INSERT INTO idempotency_records (key, fingerprint, status, deadline, outcome) "
                         "VALUES ($1, $2, 'completed', clock_timestamp() + interval '1 hour', $3)",
@@ -71,7 +76,7 @@ def made_by_version_2(url: str) -> None:
                         FINGERPRINT,
                         OUTCOME,
                     )
-                await db.execute("UPDATE idempotency_record_count SET n = 2")
+                await db.execute("UPDATE idempotency_record_count SET n = $1", len(stored))
                 await db.execute("UPDATE ledger SET balance = $1, charges = $2", LEDGER["balance"], LEDGER["charges"])
         finally:
             await db.close()
@@ -141,3 +146,78 @@ def test_the_upgrade_of_a_sqlite_file_that_is_not_there_says_so_and_makes_none(t
     [line] = refused.stderr.splitlines()
     assert line == f"cannot upgrade the store sqlite:{path}: FileNotFoundError: no such file: {path}"
     assert not path.exists()
+
+
+# ----------------------------------------------------------------------------
+# Slow: clients retrying through an upgrade, onto two instances
+# ----------------------------------------------------------------------------
+
+OLD_KEYS = tuple(f"old-{n}" for n in range(100))  # completed by the previous version, before the upgrade
+NEW_KEYS = tuple(f"new-{n}" for n in range(100))  # first sent while the store is being upgraded
+CLIENTS = 4
+PATIENCE = 120  # seconds a client goes on retrying one key before the test fails
+
+
+def keyed_charge(port: int, key: str) -> str | None:
+    """One keyed charge of 100 to whatever listens on `port`: the result's text, or None (nothing listens yet,
+    or an answer that is no result): what a client retries."""
+    params = {"name": "charge_guarded", "arguments": {"amount": 100}, "idempotencyKey": key}
+    message = with_envelope({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    headers |= {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "charge_guarded"}
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("POST", "/mcp", json.dumps(message).encode(), headers)
+        answer = json.loads(connection.getresponse().read())
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        connection.close()
+    return text_of(answer) if "result" in answer else None
+
+
+def retrying(keys: tuple[str, ...], ports: list[int], texts: dict) -> None:
+    """A client: each key sent until it gets a result, each try to the next instance, as a load balancer would."""
+    turns = itertools.cycle(ports)
+    for key in keys:
+        deadline = time.monotonic() + PATIENCE
+        while (text := keyed_charge(next(turns), key)) is None:
+            assert time.monotonic() < deadline, f"{key}: no result within {PATIENCE} s"
+            time.sleep(0.05)
+        texts[key] = text
+
+
+@pytest.mark.slow
+def test_clients_retrying_through_an_upgrade_get_every_old_key_replayed_and_every_new_key_charged_once(store_url):
+    """Issue 26: the operator stops the previous version, upgrades the store with the command, and starts two
+    instances of this one, while clients keep retrying old and new keys: nothing recorded before the upgrade
+    runs again, and every new key charges exactly once."""
+    made_by_version_2(store_url, OLD_KEYS)
+    ports, texts = [free_port(), free_port()], {}
+    keys = OLD_KEYS + NEW_KEYS
+    clients = [
+        threading.Thread(target=retrying, args=(keys[n::CLIENTS], ports, texts), daemon=True) for n in range(CLIENTS)
+    ]
+    for client in clients:
+        client.start()
+    refused = run(sdk2_python(), *SDK2_SERVER, "--store", store_url, "--port", str(ports[0]), "--transport", "http")
+    assert refused.returncode == 1 and "upgrade it in place with" in refused.stderr  # the version 2 store
+    upgraded = run(upgrade_command(), "upgrade", store_url)
+    assert upgraded.returncode == 0, upgraded.stderr
+    command = [sdk2_python(), *SDK2_SERVER, "--verbose", "--store", store_url, "--transport", "http"]
+    instances = [HttpWire("2x-http", [*command, "--port", str(port)], port) for port in ports]
+    try:
+        for client in clients:
+            client.join(timeout=PATIENCE * 2)
+        ledger = instances[0].ledger()
+        replayed = sum(instance.log().count("replayed: key=") for instance in instances)
+    finally:
+        for instance in instances:
+            instance.close()
+    assert sorted(texts) == sorted(keys)
+    assert {texts[key] for key in OLD_KEYS} == {CHARGED}  # each a replay of the record made before the upgrade
+    assert all(texts[key].startswith("Charged 100. New balance: ") for key in NEW_KEYS)
+    assert len({texts[key] for key in NEW_KEYS}) == len(NEW_KEYS)  # every new key a charge of its own
+    assert ledger == {"balance": LEDGER["balance"] + 100 * len(NEW_KEYS), "charges": LEDGER["charges"] + len(NEW_KEYS)}
+    assert replayed >= len(OLD_KEYS)
+    assert read_store(store_url)[2] == len(OLD_KEYS) + 1 + len(NEW_KEYS)  # the bare key's record kept too
