@@ -24,6 +24,7 @@ from harness import (
     room_for,
     round_trip_rows,
     round_trips,
+    share_for,
 )
 from oauth import RESOURCE, Issuer, bearer
 from shared_stores import KEYED_TARGET, REPLAY_TARGET
@@ -51,6 +52,7 @@ def authorisation(calls: int, postgres: Postgres) -> None:
                         "--store",
                         new_store(label, folder, postgres),
                         *room_for(records_after(calls)),
+                        *share_for(records_after(calls)),
                         *(oauth if mode == WITH else ()),
                     ),
                     {"headers": bearer(issuer.token("alice")) if mode == WITH else None},

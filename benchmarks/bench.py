@@ -1,7 +1,7 @@
-"""What an idempotencyKey costs both servers, in eight measurements.
+"""What an idempotencyKey costs both servers, in nine measurements.
 
     PYTHONPATH=tests:. .venv/bin/python benchmarks/bench.py [--calls N] [--repeats N] [--records N]
-        [--in-flight N] [--clients N] [--scale-calls N] [--held N] [--postgres URL] [--sections 12345678]
+        [--in-flight N] [--clients N] [--scale-calls N] [--held N] [--postgres URL] [--sections 123456789]
         [--server PATH]
         [--write PATH]
 
@@ -33,7 +33,9 @@ PYTHONPATH, as a user starts it. Each section is a module of this folder:
    with it, with OAuth (--issuer, the real issuer, a bearer token on every call);
 7. tuning.py: each tuning choice of the stores on and off, side by side;
 8. share.py: a principal's share (P9') on each store, holding nothing against
-   holding --held live records, side by side.
+   holding --held live records, side by side;
+9. other_principal.py: behind OAuth, Bob's keyed calls under keys Alice used
+   against keys nobody used, side by side (K2, P21: what the lookup shows him).
 
 Every target is printed with MET or MISSED. A missed target is a finding, so it
 never fails the run; a wrong answer (an error reply, a charge too many or too
@@ -47,7 +49,7 @@ tests need for their log assertions and a user's server does not have. Over HTTP
 the timed calls use one kept-alive connection per client, as the SDK's own
 client (httpx) does, rather than the wire's fresh connection and thread per
 message, so that less of each figure is the harness. Sections 5 to 7 need a
-PostgreSQL server for their PostgreSQL rows (8 too; --postgres, default $SEP3182_POSTGRES):
+PostgreSQL server for their PostgreSQL rows (8 and 9 too; --postgres, default $SEP3182_POSTGRES):
 they make databases of their own there and drop them afterwards; without one those
 rows say "not measured".
 """
@@ -71,13 +73,14 @@ from authorisation import authorisation
 from concurrency import concurrency
 from fingerprint import fingerprint_cost
 from memory import memory
+from other_principal import other_principal
 from round_trip import round_trip
 from share import share_cost
 from shared_stores import shared_stores
 from tuning import tuning
 
-SECTIONS = "12345678"
-NEEDS_POSTGRES = {"5", "6", "7", "8"}
+SECTIONS = "123456789"
+NEEDS_POSTGRES = {"5", "6", "7", "8", "9"}
 
 
 def parse_args() -> argparse.Namespace:
@@ -89,7 +92,7 @@ def parse_args() -> argparse.Namespace:
         type=int,
         default=1000,
         metavar="N",
-        help="sections 1, 5, 6 and 7: calls of each kind on each server (default: 1000)",
+        help="sections 1 and 5 to 9: calls of each kind on each server (default: 1000)",
     )
     parser.add_argument(
         "--repeats", type=int, default=100, metavar="N", help="section 2: repetitions at each size (default: 100)"
@@ -125,7 +128,7 @@ def parse_args() -> argparse.Namespace:
         "--postgres",
         default=os.environ.get("SEP3182_POSTGRES"),
         metavar="URL",
-        help="sections 5 to 8: a PostgreSQL server to make databases on (default: $SEP3182_POSTGRES)",
+        help="sections 5 to 9: a PostgreSQL server to make databases on (default: $SEP3182_POSTGRES)",
     )
     parser.add_argument(
         "--sections", default=SECTIONS, metavar="DIGITS", help=f"which sections to run, e.g. 15 (default: {SECTIONS})"
@@ -188,6 +191,7 @@ def main() -> None:
         "6": lambda: authorisation(args.calls, postgres),
         "7": lambda: tuning(args.calls, postgres),
         "8": lambda: share_cost(args.calls, args.held, postgres),
+        "9": lambda: other_principal(args.calls, postgres),
     }
     for number in SECTIONS:
         if number in args.sections:

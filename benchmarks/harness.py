@@ -35,7 +35,7 @@ from wire import (
     with_envelope,
 )
 
-from mcp_idempotency.rules import MAX_RECORDS  # both servers' default bound on live records (P9)
+from mcp_idempotency.rules import MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL  # the default bounds (P9, P9')
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 3182  # any fixed seed: the same shuffles and payloads on every run and machine
@@ -146,6 +146,12 @@ def room_for(records: int) -> tuple[str, ...]:
     # The bound costs nothing below it, so the default counts leave it alone:
     # only counts scaled up past it would otherwise meet idempotency_store_full.
     return () if records <= MAX_RECORDS else ("--max-records", str(records))
+
+
+def share_for(records: int) -> tuple[str, ...]:
+    """--max-records-per-principal if one principal stores more records than the 2.x server's default share
+    (P9') admits, else nothing: every measurement here calls as one principal, and must never meet its share."""
+    return () if records <= MAX_RECORDS_PER_PRINCIPAL else ("--max-records-per-principal", str(records))
 
 
 def close_all(wires: list[Wire]) -> None:

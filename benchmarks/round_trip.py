@@ -14,6 +14,7 @@ from harness import (
     room_for,
     round_trip_rows,
     round_trips,
+    share_for,
 )
 from wire import TARGETS
 
@@ -24,7 +25,7 @@ REPLAY_TARGET = 1.00  # a replay skips the tool, so it must not be slower than r
 def target_args(target: str, calls: int) -> tuple[str, ...]:
     """Section 1's conditions: the 2.x server on its memory store, as the 1.x server keeps its dicts."""
     room = room_for(records_after(calls))
-    return room if target == "1x-stdio" else ("--store", "memory", *room)
+    return room if target == "1x-stdio" else ("--store", "memory", *room, *share_for(records_after(calls)))
 
 
 def round_trip(server_path: Path, calls: int) -> None:

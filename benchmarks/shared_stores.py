@@ -38,6 +38,7 @@ from harness import (
     room_for,
     round_trip_rows,
     round_trips,
+    share_for,
     sqlite_size,
     succeeded,
 )
@@ -118,7 +119,8 @@ def shared_stores(calls: int, clients: int, scale_calls: int, postgres: Postgres
             )
             stores.append(Store(label, url, size))
         progress(f"5. stores: {', '.join(labels)}, {INSTANCES} instances on each shared one")
-        room = room_for(records_after(calls) + (1 + ROUNDS) * 2 * scale_calls)
+        records = records_after(calls) + (1 + ROUNDS) * 2 * scale_calls
+        room = (*room_for(records), *share_for(records))
         counts = [INSTANCES if store.label in SHARED else 1 for store in stores]
         wires = launch_all(
             *[

@@ -26,6 +26,7 @@ from harness import (
     records_after,
     room_for,
     round_trips,
+    share_for,
 )
 from shared_stores import KEYED_TARGET, REPLAY_TARGET
 
@@ -64,7 +65,7 @@ def tuning(calls: int, postgres: Postgres) -> None:
             f"7. tuning: {len(chosen)} servers, {min(WARMUP_ROUNDS, calls)} warm-up rounds, "
             f"then {calls} rounds of 3 calls"
         )
-        room = room_for(records_after(calls))
+        room = (*room_for(records_after(calls)), *share_for(records_after(calls)))
         wires = launch_all(
             *[
                 (

@@ -44,6 +44,7 @@ SECTIONS = [
     "## 6b. Authorisation: keyed over unkeyed",
     "## 7. Tuning choices",
     "## 8. A principal's share",
+    "## 9. Another principal's key",
 ]
 POSTGRES = os.environ.get("SEP3182_POSTGRES")
 
@@ -76,8 +77,8 @@ def test_benchmark_harness_runs_every_section_on_tiny_counts(tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not POSTGRES, reason="no PostgreSQL server: set SEP3182_POSTGRES (see tests/postgres.sh)")
 def test_benchmark_measures_postgresql_when_given_a_server():
-    """Sections 5 to 8 on the PostgreSQL server SEP3182_POSTGRES names, in databases the bench drops afterwards."""
-    run = bench("--sections", "5678", "--postgres", POSTGRES)
+    """Sections 5 to 9 on the PostgreSQL server SEP3182_POSTGRES names, in databases the bench drops afterwards."""
+    run = bench("--sections", "56789", "--postgres", POSTGRES)
     assert "not measured" not in run.stdout
     assert "| PostgreSQL | fresh key, executes |" in run.stdout
     assert re.search(r"\| PostgreSQL \| fresh key, executes \| \d+ \| \d+ \|", run.stdout)  # its trips, counted
