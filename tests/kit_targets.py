@@ -137,6 +137,7 @@ STAND_INS = {
     "examines-the-key-on-every-method": ("examines_the_key_on_every_method.py", {"other-methods-ignore-the-key"}),
     "replays-without-rechecking-scope": ("replays_without_rechecking_scope.py", {"replay-rechecks-authorisation"}),
     "echoes-an-oversized-key": ("echoes_an_oversized_key.py", {"oversized-key-not-echoed", "invalid-key-rejected"}),
+    "ignores-the-tool-name": ("ignores_the_tool_name.py", {"different-requests-conflict"}),
     # Issue 25's four decisions, each broken on the layer, which meets all four.
     "drops-retryable": ("drops_retryable.py", {"rejection-retryable"}),
     "advertises-a-longer-key-than-it-takes": ("advertises_a_longer_key_than_it_takes.py", {"capability-settings"}),
