@@ -15,6 +15,10 @@ Each check's id starts with sep-3182-; its severity says what a failure means:
 MUST (a MUST or MUST NOT of the SEP, or what it defines on the wire) fails as
 FAILURE; SHOULD (a SHOULD of the SEP) and POSITION (this project's reading where
 the SEP is silent, tests/CONFORMANCE.md's P rows) fail as WARNING.
+
+Exit status: 0, nothing failed and every check chosen ran in full; 1, a failure
+(or a stale baseline); 2, a wrong command line; 3, nothing failed but a check
+was NOT TESTED (SKIPPED, not baselined), so the run claims no full conformance.
 """
 
 import argparse
