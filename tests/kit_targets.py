@@ -150,6 +150,12 @@ STAND_INS = {
     ),
     "never-forgets-a-key": ("never_forgets_a_key.py", {"retention-window"}),
     "compares-meta-too": ("compares_meta_too.py", {"equivalence-meta-ignored"}),
+    "compares-numbers-as-spelled": ("compares_numbers_as_spelled.py", {"equivalence-numbers"}),
+    # equivalence-numbers' nested row also spells {"x", "y"} in the other order
+    "compares-members-in-order": (
+        "compares_members_in_order.py",
+        {"equivalence-serialisation", "equivalence-numbers"},
+    ),
     # Issue 25's four decisions, each broken on the layer, which meets all four.
     "drops-retryable": ("drops_retryable.py", {"rejection-retryable"}),
     "advertises-a-longer-key-than-it-takes": ("advertises_a_longer_key_than_it_takes.py", {"capability-settings"}),

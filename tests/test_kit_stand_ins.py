@@ -43,6 +43,17 @@ def test_every_must_check_has_a_stand_in_that_breaks_it():
     assert MUST_CHECKS - broken == set()
 
 
+# The MUST checks no stand-in breaks but the one that deduplicates nothing: a replay that runs the tool, or
+# differs from the original, fails every check that compares a retry with its original (S0, S2); and a
+# string's escapes are resolved by the JSON parser before any middleware sees the params (E4).
+ONLY_WITHOUT_DEDUPLICATION = {"repeat-executes-once", "replay-not-refreshed", "equivalence-strings"}
+
+
+def test_every_other_must_check_has_a_stand_in_of_a_narrower_rule():
+    narrower = [checks for name, (_, checks) in kit_targets.STAND_INS.items() if name != "ignores-the-key"]
+    assert MUST_CHECKS - set().union(*narrower) == ONLY_WITHOUT_DEDUPLICATION
+
+
 @pytest.mark.timeout(180)
 def test_issue_25_checks_pass_on_the_2x_server_and_retryable_spoils_no_shape_check():
     """The other half of each issue-25 stand-in: the same checks pass where the rule is kept. And the checks

@@ -4,25 +4,19 @@ token, or a trace id a proxy added, is a conflict instead of the replay."""
 
 from typing import Any
 
+from fingerprinted_otherwise import FingerprintedOtherwise
+
 from mcp_idempotency.demo import ledger_server
-from mcp_idempotency.layer import CallNext, Idempotency
 
 
-class ComparesMetaToo(Idempotency):
-    """The layer, fingerprinting the arguments with _meta folded in; the tool still gets the arguments as sent."""
+class ComparesMetaToo(FingerprintedOtherwise):
+    """The layer, fingerprinting the arguments with _meta folded in."""
 
-    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
-        params = ctx.params
-        if not (isinstance(params, dict) and isinstance(params.get("arguments", {}), dict) and "_meta" in params):
-            return await super().tools_call(ctx, call_next)
-        sent = dict(params)
-        params["arguments"] = {**params.get("arguments", {}), "_meta": params["_meta"]}  # what the fingerprint sees
-
-        async def tool(ctx: Any) -> Any:
-            ctx.params = sent  # what the tool sees: the params as sent
-            return await call_next(ctx)
-
-        return await super().tools_call(ctx, tool)
+    def seen(self, params: dict[str, Any]) -> dict[str, Any]:
+        arguments = params.get("arguments")
+        if not isinstance(arguments or {}, dict):
+            return params  # not the SDK's shape: the layer leaves it to the SDK
+        return {**params, "arguments": {**(arguments or {}), "_meta": params.get("_meta")}}
 
 
 ledger_server.main(ComparesMetaToo)

@@ -4,22 +4,16 @@ with the same arguments, and the second tool never runs. Only a kit given a seco
 
 from typing import Any
 
-from mcp_idempotency import rules
+from fingerprinted_otherwise import FingerprintedOtherwise
+
 from mcp_idempotency.demo import ledger_server
-from mcp_idempotency.layer import Idempotency
-from mcp_idempotency.stores import Held
-
-CHARGE_TOOLS = ("charge_guarded", "charge_unguarded")  # the ledger's two tools that take the same arguments
 
 
-class IgnoresTheToolName(Idempotency):
-    """The layer, taking a record made by either charge tool with these arguments as this very request."""
+class IgnoresTheToolName(FingerprintedOtherwise):
+    """The layer, fingerprinting the arguments alone."""
 
-    def answer(self, held: Held, fingerprint: bytes, key: str, ctx: Any) -> dict[str, Any]:
-        arguments = ctx.params.get("arguments")
-        if any(rules.fingerprint(tool, arguments) == held.fingerprint for tool in CHARGE_TOOLS):
-            fingerprint = held.fingerprint
-        return super().answer(held, fingerprint, key, ctx)
+    def seen(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {**params, "name": "any tool"}
 
 
 ledger_server.main(IgnoresTheToolName)
