@@ -1014,7 +1014,12 @@ def invalid_key_rejected(server: Server) -> dict:
     expect(not wrong, "; ".join(wrong))
 
 
-@check("oversized-key-not-echoed", "a one-megabyte key is refused without being echoed back", "POSITION", ["P2"])
+@check(
+    "oversized-key-not-echoed",
+    "a one-megabyte key is never echoed back, on a fresh call or in a conflict",
+    "POSITION",
+    ["P2"],
+)
 def oversized_key_not_echoed(server: Server) -> dict:
     """On a fresh call, and on the conflict path: a server that takes the key as valid must not echo it in
     the conflict it answers the same key with other arguments."""
