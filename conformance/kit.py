@@ -15,6 +15,10 @@ Each check's id starts with sep-3182-; its severity says what a failure means:
 MUST (a MUST or MUST NOT of the SEP, or what it defines on the wire) fails as
 FAILURE; SHOULD (a SHOULD of the SEP) and POSITION (this project's reading where
 the SEP is silent, tests/CONFORMANCE.md's P rows) fail as WARNING.
+
+Exit status: 0, nothing failed and every check chosen ran in full; 1, a failure
+(or a stale baseline); 2, a wrong command line; 3, nothing failed but a check
+was NOT TESTED (SKIPPED, not baselined), so the run claims no full conformance.
 """
 
 import argparse
@@ -1010,7 +1014,12 @@ def invalid_key_rejected(server: Server) -> dict:
     expect(not wrong, "; ".join(wrong))
 
 
-@check("oversized-key-not-echoed", "a one-megabyte key is refused without being echoed back", "POSITION", ["P2"])
+@check(
+    "oversized-key-not-echoed",
+    "a one-megabyte key is never echoed back, on a fresh call or in a conflict",
+    "POSITION",
+    ["P2"],
+)
 def oversized_key_not_echoed(server: Server) -> dict:
     """On a fresh call, and on the conflict path: a server that takes the key as valid must not echo it in
     the conflict it answers the same key with other arguments."""
@@ -1563,7 +1572,7 @@ def run_one(check: Check, server: Server) -> dict:
 
 def run_checks(options, checks: list) -> list:
     """Run the chosen checks, each variant's on a server of its own (a fresh process where the kit starts it)."""
-    results = []
+    results, unopened, not_run = [], {}, 0  # unopened: variant -> why its server could not be opened
 
     def report(entry: dict) -> None:
         results.append(entry)
@@ -1579,16 +1588,9 @@ def run_checks(options, checks: list) -> list:
         try:
             server = Server(connection, options)
         except (OSError, TimeoutError, ValueError, KeyError, http.client.HTTPException) as broken:
-            server = None
-            report(
-                result(
-                    FIXTURE,
-                    "FAILURE",
-                    {"server": variant, "notRun": len(chosen)},
-                    error=f"could not open the server: {broken}",
-                )
-            )
-            for check in chosen:  # in checks.json, each one's status; printed once, above
+            connection.close()
+            unopened[variant], not_run = str(broken), not_run + len(chosen)
+            for check in chosen:  # in checks.json, each one's status; the run's one FAILURE says why
                 results.append(
                     result(
                         check,
@@ -1596,13 +1598,30 @@ def run_checks(options, checks: list) -> list:
                         error=f"not run: the {variant} server could not be opened (sep-3182-fixture-contract)",
                     )
                 )
-            print(f"SKIPPED  {len(chosen)} checks not run on the {variant} server", flush=True)
+            continue
         try:
-            for check in chosen if server is not None else []:
+            for check in chosen:
                 report(run_one(check, server))
         finally:
             connection.close()
+    if unopened:
+        report(fixture_failure(unopened, not_run))
     return results
+
+
+def fixture_failure(unopened: dict, not_run: int) -> dict:
+    """The run's one FAILURE for every server that could not be opened: which, why (each reason said once), and
+    how many checks did not run."""
+    reasons = {why: [variant for variant in unopened if unopened[variant] == why] for why in unopened.values()}
+    said = "; ".join(
+        f"the {' and '.join(variants)} server{'s' * (len(variants) > 1)}: {why}" for why, variants in reasons.items()
+    )
+    return result(
+        FIXTURE,
+        "FAILURE",
+        {"servers": unopened, "notRun": not_run},
+        error=f"could not open {said} ({not_run} checks not run)",
+    )
 
 
 def line_for(entry: dict) -> str:
@@ -1621,15 +1640,22 @@ def read_baseline(path: Path) -> set:
     return ids
 
 
+FAILED_RUN, NOT_ALL_TESTED = 1, 3  # 2 is argparse's, and an unknown --check's: the command line was wrong
+
+
 def exit_status(results: list, baseline: set) -> tuple[int, list]:
-    """The official suite's rules: an unexpected failure, or a baselined check that now passes, fails the run."""
+    """The official suite's rules: an unexpected failure, or a baselined check that now passes, fails the run (1).
+    Else a check SKIPPED and not baselined makes it 3: nothing failed, but the run claims no full conformance."""
     problems = []
     for entry in results:
         if entry["status"] == "FAILURE" and entry["id"] not in baseline:
             problems.append(f"regression: {entry['id']} failed and is not in the expected failures")
         if entry["status"] in ("SUCCESS", "WARNING") and entry["id"] in baseline:
             problems.append(f"stale baseline: {entry['id']} passes now; remove it from the expected failures")
-    return (1 if problems else 0), problems
+    if problems:
+        return FAILED_RUN, problems
+    untested = any(entry["status"] == "SKIPPED" and entry["id"] not in baseline for entry in results)
+    return (NOT_ALL_TESTED if untested else 0), problems
 
 
 def load_requirements(path: Path) -> dict:

@@ -137,6 +137,25 @@ STAND_INS = {
     "examines-the-key-on-every-method": ("examines_the_key_on_every_method.py", {"other-methods-ignore-the-key"}),
     "replays-without-rechecking-scope": ("replays_without_rechecking_scope.py", {"replay-rechecks-authorisation"}),
     "echoes-an-oversized-key": ("echoes_an_oversized_key.py", {"oversized-key-not-echoed", "invalid-key-rejected"}),
+    "ignores-the-tool-name": ("ignores_the_tool_name.py", {"different-requests-conflict"}),
+    "refuses-keys-that-are-not-plain-ascii": ("refuses_keys_that_are_not_plain_ascii.py", {"odd-keys-are-keys"}),
+    "runs-in-flight-duplicates": (
+        "runs_in_flight_duplicates.py",
+        {
+            "in-flight-duplicate-not-executed",
+            "in-flight-duplicate-rejected-at-once",
+            "in-progress-error-data",
+            "cancelled-call-runs-once",
+        },
+    ),
+    "never-forgets-a-key": ("never_forgets_a_key.py", {"retention-window"}),
+    "compares-meta-too": ("compares_meta_too.py", {"equivalence-meta-ignored"}),
+    "compares-numbers-as-spelled": ("compares_numbers_as_spelled.py", {"equivalence-numbers"}),
+    # equivalence-numbers' nested row also spells {"x", "y"} in the other order
+    "compares-members-in-order": (
+        "compares_members_in_order.py",
+        {"equivalence-serialisation", "equivalence-numbers"},
+    ),
     # Issue 25's four decisions, each broken on the layer, which meets all four.
     "drops-retryable": ("drops_retryable.py", {"rejection-retryable"}),
     "advertises-a-longer-key-than-it-takes": ("advertises_a_longer_key_than_it_takes.py", {"capability-settings"}),
@@ -172,10 +191,11 @@ ISSUE_25_CHECKS = [
 ]
 
 
-def with_store(command: list[str], folder: Path, variant: str) -> list[str]:
-    """The 2.x servers and stand-ins get a SQLite store of their own per variant: each starts empty."""
+def with_store(command: list[str], folder: Path, variant: str, memory: bool) -> list[str]:
+    """The 2.x servers and stand-ins get a store of their own per variant, each empty at first: a SQLite file, or
+    the process's memory (a stand-in's rule is the layer's, whatever the store)."""
     if command[1:3] == SDK2_SERVER or "stand_ins" in command[-1]:
-        return [*command, "--store", f"sqlite:{folder / (variant or 'main')}.db"]
+        return [*command, "--store", "memory" if memory else f"sqlite:{folder / (variant or 'main')}.db"]
     return command
 
 
@@ -249,10 +269,12 @@ def authorised(servers: ExitStack) -> tuple[list[str], list[str]]:
     )
 
 
-def run_kit(name: str, checks: list[str] | None = None, timeout: float = 30) -> tuple[list[dict], str]:
+def run_kit(
+    name: str, checks: list[str] | None = None, timeout: float = 30, memory: bool = False
+) -> tuple[list[dict], str]:
     """Run the kit against one target (only `checks`, if named): its checks.json entries and its printed output.
     `timeout` is the kit's wait for one answer, and how long a check waits for a key to settle: a stand-in
-    that never settles it fails only once it has passed."""
+    that never settles it fails only once it has passed. `memory`: the 2.x servers on the memory store."""
     _, transport, command_of, extra = TARGETS[name]
     if name.startswith("ts-"):
         typescript_built()
@@ -265,7 +287,7 @@ def run_kit(name: str, checks: list[str] | None = None, timeout: float = 30) -> 
         share = SHARE_OF_THE_BOUNDED if name in AUTHORISED else []
         chosen = {
             variant: [
-                *with_store(command_of(), Path(folder), variant.rstrip("-")),
+                *with_store(command_of(), Path(folder), variant.rstrip("-"), memory),
                 *server_args,
                 *trusting,
                 *(share if variant == "bounded-" else []),

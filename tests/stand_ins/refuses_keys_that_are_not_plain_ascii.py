@@ -1,0 +1,27 @@
+"""A stand-in for the 2.x ledger server that breaks one rule: it takes only printable ASCII keys, as a server
+that stores keys in an ASCII column or logs them on one line might, and refuses the rest as invalid (W3, P2:
+the key is an opaque string; an emoji, a NUL or a newline inside is a key like any other)."""
+
+from typing import Any
+
+from mcp_idempotency.demo import ledger_server
+from mcp_idempotency.layer import CallNext, Idempotency, rejection
+from mcp_idempotency.rules import INVALID_KEY
+
+
+def plain_ascii(key: str) -> bool:
+    """Every character printable ASCII: ! to ~."""
+    return all("!" <= character <= "~" for character in key)
+
+
+class RefusesKeysThatAreNotPlainAscii(Idempotency):
+    """The layer, with a format imposed on keys before they are read."""
+
+    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
+        key = ctx.params.get("idempotencyKey") if isinstance(ctx.params, dict) else None
+        if isinstance(key, str) and not plain_ascii(key):
+            raise rejection(INVALID_KEY, None, "a key is printable ASCII")
+        return await super().tools_call(ctx, call_next)
+
+
+ledger_server.main(RefusesKeysThatAreNotPlainAscii)

@@ -1,0 +1,25 @@
+"""A stand-in for the 2.x ledger server that breaks one rule: a duplicate of a call still running runs the tool
+too, as a server that looks for a completed record only would (S0, S1: MUST NOT start a second execution)."""
+
+from typing import Any
+
+from mcp.shared.exceptions import MCPError
+
+from mcp_idempotency.demo import ledger_server
+from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency.rules import IN_PROGRESS
+
+
+class RunsInFlightDuplicates(Idempotency):
+    """The layer, sending the duplicate to the tool where it would refuse it as in progress."""
+
+    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
+        try:
+            return await super().tools_call(ctx, call_next)
+        except MCPError as rejected:
+            if (rejected.error.data or {}).get("type") != IN_PROGRESS:
+                raise
+            return await call_next(ctx)
+
+
+ledger_server.main(RunsInFlightDuplicates)
