@@ -121,6 +121,7 @@ def main() -> None:
         settings.store,
         server_info={"name": "outbox", "version": "1.0"},
         limits=Limits(settings.retention, settings.lease, settings.max_records),
+        placement=settings.placement,
     )
     outbox_server(keys, settings.charge_delay).run()
 
