@@ -9,9 +9,12 @@ in the other place is no key (P1 for that placement). The names are spelled here
 the wire carries them, not imported from the server: the tests check the contract.
 """
 
+import json
 import subprocess
+import sys
 import time
 
+import kit_targets
 import pytest
 from wire import CONFLICT, IN_PROGRESS, INVALID_KEY, SDK2_SERVER, Wire, error_type, new_key, sdk2_python, start
 
@@ -160,3 +163,45 @@ def test_an_unknown_placement_is_refused_before_anything_serves(tmp_path):
     assert "--placement" in refused.stderr and "header" in refused.stderr
     assert refused.stdout == ""  # nothing served
     assert not (tmp_path / "store.db").exists()  # nothing opened
+
+
+# ----------------------------------------------------------------------------
+# The kit in either placement (conformance/kit.py --placement; the full runs are test_kit.py's, slow)
+# ----------------------------------------------------------------------------
+
+# A few checks that between them take every path the placement changes: the capability, a key set by
+# the kit's calls, one written as raw text (serialisation), one on another method, and the other place.
+KIT_CHECKS = [
+    "sep-3182-capability-declared",
+    "sep-3182-capability-settings",
+    "sep-3182-repeat-executes-once",
+    "sep-3182-conflict-rejected",
+    "sep-3182-equivalence-serialisation",
+    "sep-3182-key-only-in-params",
+    "sep-3182-other-methods-ignore-the-key",
+]
+
+
+@pytest.mark.parametrize("name", ["2x-stdio-meta", "2x-http-meta"])
+def test_the_kit_in_meta_placement_passes_a_server_in_meta_placement(name):
+    results, output = kit_targets.run_kit(name, KIT_CHECKS)
+    assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(KIT_CHECKS, "SUCCESS"), output
+
+
+@pytest.mark.parametrize(
+    ("kit_placement", "server_placement"), [("meta", "params"), ("params", "meta")], ids=["kit_meta", "kit_params"]
+)
+def test_the_kit_fails_a_server_whose_key_is_in_the_other_placement(tmp_path, kit_placement, server_placement):
+    server = [*kit_targets.ledger_server(), "--placement", server_placement, "--store", f"sqlite:{tmp_path / 's.db'}"]
+    checks = ["sep-3182-capability-declared", "sep-3182-repeat-executes-once"]
+    ran = subprocess.run(
+        [sys.executable, str(kit_targets.KIT), "--command", subprocess.list2cmdline(server)]
+        + ["--placement", kit_placement, "--json", str(tmp_path / "checks.json")]
+        + [option for check in checks for option in ("--check", check)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    results = json.loads((tmp_path / "checks.json").read_text(encoding="utf-8"))
+    assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(checks, "FAILURE"), ran.stdout
+    assert ran.returncode == 1, ran.stdout
