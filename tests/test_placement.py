@@ -15,6 +15,7 @@ import sys
 import time
 
 import kit_targets
+import placement_table
 import pytest
 from wire import CONFLICT, IN_PROGRESS, INVALID_KEY, SDK2_SERVER, Wire, error_type, new_key, sdk2_python, start
 
@@ -205,3 +206,23 @@ def test_the_kit_fails_a_server_whose_key_is_in_the_other_placement(tmp_path, ki
     results = json.loads((tmp_path / "checks.json").read_text(encoding="utf-8"))
     assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(checks, "FAILURE"), ran.stdout
     assert ran.returncode == 1, ran.stdout
+
+
+# ----------------------------------------------------------------------------
+# What each SDK keeps of each placement, measured (docs/placement.md)
+# ----------------------------------------------------------------------------
+
+
+def test_the_placement_table_is_what_the_sdks_do():
+    python, typescript = placement_table.measured_python(), placement_table.measured_typescript()
+    # The findings the Working Group paragraph rests on, read from the run itself:
+    assert python["rows"]["meta"]["sent"] and python["rows"]["meta"]["intercept_tool_call"]
+    assert not python["rows"]["params"]["sent"]  # mcp 2.x's stock client drops the SEP's field
+    assert python["rows"]["params"]["capability_typed"] is None  # and its typed capabilities drop tools.idempotency
+    for placement in ("params", "meta"):
+        assert typescript["rows"][placement]["client_v2"]["sent"], placement
+    assert not typescript["rows"]["params"]["server_v1"]["handler"]
+    assert typescript["rows"]["meta"]["server_v1"]["handler"]
+    # The doc holds exactly this run's table (python3 tests/placement_table.py --write brings it up to date).
+    doc = placement_table.DOC.read_text(encoding="utf-8")
+    assert placement_table.with_table(placement_table.table(python, typescript)) == doc
