@@ -55,6 +55,11 @@ def ledger_server() -> list[str]:
     return [sdk2_python(), *SDK2_SERVER]
 
 
+def typescript_server() -> list[str]:
+    """The TypeScript server, compiled (typescript_built)."""
+    return ["node", str(TYPESCRIPT / "dist" / "server.js")]
+
+
 # name -> (column title, transport, the server's command, extra kit options)
 TARGETS = {
     "1x-stdio": ("1.x stdio", "stdio", lambda: [PYTHON_1X, str(ROOT / "server.py")], []),
@@ -74,6 +79,8 @@ TARGETS = {
     "2x-http-meta": ("2.x HTTP, _meta placement", "http", lambda: [*ledger_server(), *META], ["--placement", "meta"]),
     "ts-stdio": ("TS stdio", "stdio", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
     "ts-http": ("TS HTTP", "http", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
+    "ts-stdio-meta": ("TS stdio, _meta placement", "stdio", lambda: [*typescript_server(), *META], META),
+    "ts-http-meta": ("TS HTTP, _meta placement", "http", lambda: [*typescript_server(), *META], META),
 }
 
 # What a target of ours may fall short on, and why (a WARNING, never a FAILURE). None, once the servers

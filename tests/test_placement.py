@@ -183,7 +183,7 @@ KIT_CHECKS = [
 ]
 
 
-@pytest.mark.parametrize("name", ["2x-stdio-meta", "2x-http-meta"])
+@pytest.mark.parametrize("name", ["2x-stdio-meta", "2x-http-meta", "ts-stdio-meta"])
 def test_the_kit_in_meta_placement_passes_a_server_in_meta_placement(name):
     results, output = kit_targets.run_kit(name, KIT_CHECKS)
     assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(KIT_CHECKS, "SUCCESS"), output
