@@ -46,6 +46,11 @@ ENVELOPE = {
     "io.modelcontextprotocol/clientInfo": {"name": "sep-3182-kit", "version": "1"},
 }
 SPEC_URL = "https://github.com/modelcontextprotocol/modelcontextprotocol/pull/3182"
+# P26 (--placement meta): the key as an extension (SEP-2133) instead of the SEP's params field, its
+# request _meta key and capabilities.extensions id named by the 2026-07-28 _meta rules; every check is
+# the same, the key and the capability are only looked for elsewhere.
+EXTENSION_ID = "com.example.sep3182/idempotency"
+META_KEY = "com.example.sep3182/idempotencyKey"
 
 # The error.data.type values of the SEP's examples (S1a, S3b) and of this project's positions (P2, P9).
 INVALID_KEY = "invalid_idempotency_key"
@@ -121,18 +126,27 @@ class Connection:
     def __init__(self, timeout: float):
         self.timeout = timeout
         self.revision = MODERN
+        self.placement = "params"  # P26: where every request's idempotencyKey goes (connect() sets it)
         self.next_id = 0
         self.numbering = threading.Lock()
 
-    def frame(self, message: dict) -> dict:
-        """The message as the revision wants it: on 2026-07-28 the envelope goes into params._meta."""
+    def frame(self, message: dict, placed: bool = True) -> dict:
+        """The message as the revision wants it: on 2026-07-28 the envelope goes into params._meta; in the
+        meta placement (P26) an idempotencyKey member goes there too, unless `placed` is False."""
         params = message.get("params", {})
+        if placed and self.placement == "meta" and isinstance(params, dict) and "idempotencyKey" in params:
+            params = {name: value for name, value in params.items() if name != "idempotencyKey"}
+            if isinstance(params.get("_meta", {}), dict):
+                params["_meta"] = {**params.get("_meta", {}), META_KEY: message["params"]["idempotencyKey"]}
+            message = {**message, "params": params}
         if self.revision != MODERN or not isinstance(params, dict) or not isinstance(params.get("_meta", {}), dict):
             return message
         return {**message, "params": {**params, "_meta": {**ENVELOPE, **params.get("_meta", {})}}}
 
     def spelled(self, request_id, method: str, members: str) -> str:
         """A request whose params members are JSON text as written (`1e0`, `-0`, member order kept)."""
+        if self.placement == "meta":
+            members = key_in_meta(members)
         if self.revision == MODERN:
             envelope = json.dumps(ENVELOPE)[1:-1]
             members = (
@@ -147,8 +161,8 @@ class Connection:
             self.next_id += 1
             return self.next_id
 
-    def send_request(self, method: str, params=None) -> int:
-        """Send a request without waiting; its id."""
+    def send_request(self, method: str, params=None, placed: bool = True) -> int:
+        """Send a request without waiting; its id. `placed=False` leaves an idempotencyKey where it is (P26)."""
         request_id = self.new_id()
         message = {
             "jsonrpc": "2.0",
@@ -156,7 +170,7 @@ class Connection:
             "method": method,
             **({} if params is None else {"params": params}),
         }
-        self.send_text(json.dumps(self.frame(message)), request_id)
+        self.send_text(json.dumps(self.frame(message, placed)), request_id)
         return request_id
 
     def send_spelled(self, method: str, members: str) -> int:
@@ -196,6 +210,35 @@ class Connection:
 
     def close(self) -> None:
         raise NotImplementedError
+
+
+def members_of(members: str) -> list[tuple[str, str, str]]:
+    """Params members written as JSON text: (name, the member as written, its value as written), in order."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while (at := len(members) - len(members[at:].lstrip(" \t\r\n,"))) < len(members):
+        name, end = decoder.raw_decode(members, at)
+        value_at = len(members) - len(members[end:].lstrip(" \t\r\n:"))
+        _, value_end = decoder.raw_decode(members, value_at)
+        found.append((name, members[at:value_end], members[value_at:value_end]))
+        at = value_end
+    return found
+
+
+def key_in_meta(members: str) -> str:
+    """P26 for params written as text: a top-level idempotencyKey member moves, as written, into _meta."""
+    try:
+        found = members_of(members)
+    except ValueError:
+        return members  # not members the kit can read: sent as written
+    keys = [value for name, _, value in found if name == "idempotencyKey"]
+    if not keys:
+        return members
+    meta = ([value for name, _, value in found if name == "_meta"] or ["{}"])[-1].strip()
+    if not meta.startswith("{"):
+        return members  # a _meta that is no object, on purpose: sent as written
+    inner = meta[1:-1].strip()
+    rest = [member for name, member, _ in found if name not in ("idempotencyKey", "_meta")]  # duplicates kept
+    return ",".join([*rest, f'"_meta":{{{json.dumps(META_KEY)}:{keys[-1]}{"," + inner if inner else ""}}}'])
 
 
 class Stdio(Connection):
@@ -428,7 +471,9 @@ class Server:
         if token is None or not isinstance(self.connection, Http):
             raise NotRun(credential)
         headers = {**self.options.headers, "Authorization": f"Bearer {token}"}
-        return Server(Http(urllib.parse.urlunsplit(self.connection.url), self.options.timeout, headers), self.options)
+        other = Http(urllib.parse.urlunsplit(self.connection.url), self.options.timeout, headers)
+        other.placement = self.connection.placement
+        return Server(other, self.options)
 
     def send_call(self, name: str, arguments=None, key=None, **params) -> int:
         params = {"name": name, **({} if arguments is None else {"arguments": arguments}), **params}
@@ -517,14 +562,20 @@ def check(id: str, name: str, severity: str, rows: list, needs: str = "main", us
 def capability_declared(server: Server) -> dict:
     """A server that supports SEP-3182 declares capabilities.tools.idempotency as an object, in the
     server/discover result (2026-07-28) or the initialize result (2025 handshake); its settings
-    (issue 25: maxKeyLength, retentionSeconds) are sep-3182-capability-settings' business."""
-    tools = server.opening["capabilities"].get("tools") or {}
-    expect("idempotency" in tools, f"capabilities.tools has no idempotency: {tools}")
-    expect(
-        isinstance(tools["idempotency"], dict),
-        f"capabilities.tools.idempotency is {tools['idempotency']!r}, not an object",
-    )
-    return {"revision": server.opening["revision"], "tools": tools}
+    (issue 25: maxKeyLength, retentionSeconds) are sep-3182-capability-settings' business. In the meta
+    placement (P26) the object is capabilities.extensions[EXTENSION_ID] instead."""
+    where, advertised = capability(server)
+    expect(advertised is not None, f"{where} is absent: {server.opening['capabilities']}")
+    expect(isinstance(advertised, dict), f"{where} is {advertised!r}, not an object")
+    return {"revision": server.opening["revision"], where: advertised}
+
+
+def capability(server: Server) -> tuple[str, object]:
+    """P26: where the placement advertises SEP-3182, and what the server put there (None for nothing)."""
+    capabilities = server.opening["capabilities"]
+    if server.connection.placement == "meta":
+        return f"capabilities.extensions[{EXTENSION_ID}]", (capabilities.get("extensions") or {}).get(EXTENSION_ID)
+    return "capabilities.tools.idempotency", (capabilities.get("tools") or {}).get("idempotency")
 
 
 SETTINGS = ("maxKeyLength", "retentionSeconds")
@@ -548,9 +599,9 @@ def capability_settings(server: Server) -> dict:
     positive integer (MUST); a key of exactly N characters is accepted (the call runs), one of N + 1 is
     refused as invalid_idempotency_key and runs nothing (MUST). A server SHOULD advertise both: absent, a
     WARNING. No capability at all is sep-3182-capability-declared's failure, not this check's."""
-    settings = (server.opening["capabilities"].get("tools") or {}).get("idempotency")
+    where, settings = capability(server)
     if not isinstance(settings, dict):
-        raise Skipped(f"capabilities.tools.idempotency is {settings!r}: see sep-3182-capability-declared")
+        raise Skipped(f"{where} is {settings!r}: see sep-3182-capability-declared")
     wrong = {name: settings[name] for name in SETTINGS if name in settings and not positive_integer(settings[name])}
     expect(not wrong, f"not positive integers: {wrong}")
     longest = settings.get("maxKeyLength")
@@ -572,7 +623,7 @@ def capability_settings(server: Server) -> dict:
         )
     absent = [name for name in SETTINGS if name not in settings]
     if absent:
-        raise ShouldUnmet(f"capabilities.tools.idempotency advertises no {' and no '.join(absent)} (SHOULD)")
+        raise ShouldUnmet(f"{where} advertises no {' and no '.join(absent)} (SHOULD)")
     return {"settings": settings}
 
 
@@ -948,18 +999,28 @@ def large_integers_exact(server: Server) -> dict:
 
 
 @check(
-    "key-only-in-params", "a field named idempotencyKey in arguments or _meta is not a key", "POSITION", ["W1", "P1"]
+    "key-only-in-params",
+    "a field named idempotencyKey in arguments or _meta, or a key in the other placement, is not a key",
+    "POSITION",
+    ["W1", "P1", "P26"],
 )
 def key_only_in_params(server: Server) -> dict:
-    """The key is params.idempotencyKey, beside name and arguments; nothing else deduplicates."""
+    """The key is params.idempotencyKey, beside name and arguments (or, in the meta placement, the extension's
+    _meta key); nothing else deduplicates, the other placement's key included (P26)."""
     amount = server.options.amount_argument
+    other_place = (
+        ("in params (the SEP's placement)", {"idempotencyKey": new_key()})
+        if server.connection.placement == "meta"
+        else ("in _meta (the extension's placement)", {"_meta": {META_KEY: new_key()}})
+    )
     for label, params in [
         ("inside arguments", {"arguments": {amount: 100, "idempotencyKey": new_key()}}),
         ("inside _meta", {"arguments": {amount: 100}, "_meta": {"idempotencyKey": new_key()}}),
+        (other_place[0], {"arguments": {amount: 100}, **other_place[1]}),
     ]:
         before = server.count()
-        server.call(server.options.charge_tool, **params)
-        server.call(server.options.charge_tool, **params)
+        for _ in range(2):
+            server.reply(server.send_request("tools/call", {"name": server.options.charge_tool, **params}, False))
         expect(server.count() == before + 2, f"a key {label} deduplicated the call")
 
 
@@ -1527,11 +1588,12 @@ def connect(options, variant: str) -> Connection | None:
     """A connection to the server a variant names, or None when the command line names none."""
     prefix = VARIANTS[variant]
     command, url = getattr(options, f"{prefix}command"), getattr(options, f"{prefix}url")
-    if url:
-        return Http(url, options.timeout, options.headers)
-    if command:
-        return Stdio(command, options.timeout)
-    return None
+    connection = (
+        Http(url, options.timeout, options.headers) if url else Stdio(command, options.timeout) if command else None
+    )
+    if connection is not None:
+        connection.placement = options.placement
+    return connection
 
 
 def result(check: Check, status: str, details: dict | None = None, error: str | None = None) -> dict:
@@ -1726,6 +1788,13 @@ def parse_args(argv=None):
         choices=["auto", MODERN, HANDSHAKE],
         default="auto",
         help="auto: server/discover on 2026-07-28, else the 2025-11-25 handshake",
+    )
+    parser.add_argument(
+        "--placement",
+        choices=["params", "meta"],
+        default="params",
+        help=f"where the key goes (P26): params.idempotencyKey and capabilities.tools.idempotency (the SEP's, "
+        f"default), or _meta[{META_KEY}] and capabilities.extensions[{EXTENSION_ID}] (an extension)",
     )
     parser.add_argument("--timeout", type=float, default=15, help="seconds to wait for one answer (default: 15)")
     parser.add_argument(

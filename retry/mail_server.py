@@ -6,12 +6,12 @@ the package's ledger server, and tries here each other place a key could go. The
     send_email   its input schema forbids extra properties (additionalProperties: false)
     send_sms     deduplicates on an argument of its own, `idempotency_key`
     notify       annotated idempotentHint: true, yet every call notifies again
-    seen_meta    answers with the `_meta` its handler received, as the SDK hands it over
     outbox       the ground truth: how many e-mails, texts and notifications went out
 
 In front of them sits the package's dispatch layer, added in one line as any server
 would add it (mcp_idempotency.layer): it reads params.idempotencyKey and nothing else
-(P1), whatever the tool. Nothing here reaches into the layer.
+(P1), whatever the tool; with `--placement meta`, the extension's `_meta` key instead (P26).
+Nothing here reaches into the layer.
 Every log line goes to stderr: on stdio, stdout is the protocol.
 """
 
@@ -19,11 +19,10 @@ import argparse
 import logging
 import sys
 from collections import Counter
-from typing import Any
 
 import anyio
 import mcp_types
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools.base import Tool
 
 from mcp_idempotency.demo import options
@@ -89,11 +88,6 @@ def outbox_server(keys: Idempotency, relay_delay: float) -> MCPServer:
         return f"Notification {sent['notification']} sent to {to}"
 
     @mcp.tool(annotations=mcp_types.ToolAnnotations(read_only_hint=True))
-    def seen_meta(ctx: Context) -> dict[str, Any]:
-        """Test helper: the request's `_meta`, as this SDK hands it to a tool handler."""
-        return dict(ctx.request_context.meta or {})
-
-    @mcp.tool(annotations=mcp_types.ToolAnnotations(read_only_hint=True))
     def outbox() -> dict[str, int]:
         """Test helper: how many e-mails, texts and notifications went out."""
         return {"email": sent["email"], "sms": sent["sms"], "notification": sent["notification"]}
@@ -113,6 +107,7 @@ def main() -> None:
         settings.store,
         server_info={"name": "outbox", "version": "1.0"},
         limits=options.limits_of(settings),
+        placement=settings.placement,
     )
     outbox_server(keys, settings.charge_delay).run()
 

@@ -7,7 +7,8 @@ The same policy (retry/policy.py) charges the ledger server's ledger and sends
 retry/mail_server.py's e-mail, without knowing either tool's schema: through a
 timeout, a lost response, a server killed mid-call, a full store, and it stops on
 a conflict and an invalid key. Then the alternatives, against the same mail server:
-a key in `arguments`, the `idempotentHint` annotation, a key in `_meta`. Every
+a key in `arguments`, the `idempotentHint` annotation; then the key in `_meta` as an
+extension (P26, a mail server started with `--placement meta`) beside the SEP's field. Every
 verdict is read from ground truth (the ledger's `get_balance`, the mail server's
 `outbox`), never from what a tool answered. Exit 0 only if every verdict holds.
 
@@ -31,9 +32,10 @@ import mcp_types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
-from policy import TIMED_OUT, GaveUp, KeyRefused, Policy, call_tool, new_key
+from policy import TIMED_OUT, GaveUp, KeyedCall, KeyedCallParams, KeyRefused, Policy, call_tool, new_key
 
 from mcp_idempotency.demo.harness import LEDGER_SERVER, Link, ServerLog, linked, say, verdict
+from mcp_idempotency.rules import EXTENSION_ID, META_KEY, Placement
 
 MAIL = [str(Path(__file__).resolve().with_name("mail_server.py"))]  # an outbox, and the alternatives
 TIMEOUT = 0.5  # seconds the client waits for each attempt; the servers answer in milliseconds
@@ -266,9 +268,8 @@ async def final_answers_then_full_store(folder: Path) -> bool:
 # ----------------------------------------------------------------------------
 
 
-async def send_and_retry_once(client: Client, link: Link, params: mcp_types.CallToolRequestParams) -> str:
-    """What a client does without SEP-3182: lose the answer, time out, send the very same request again."""
-    request = mcp_types.CallToolRequest(params=params)
+async def send_and_retry_once(client: Client, link: Link, request: mcp_types.CallToolRequest) -> str:
+    """Lose the answer, time out, send the very same request again (no policy: one retry, whatever comes)."""
     link.lose_next_response()
     try:
         await client.session.send_request(request, mcp_types.CallToolResult, request_read_timeout_seconds=TIMEOUT)
@@ -308,7 +309,11 @@ async def key_in_arguments(client: Client, link: Link) -> list[bool]:
         "which argument of which tool is a key, so it tries the name it knows",
     )
     answer = await send_and_retry_once(
-        client, link, call("send_sms", {"to": "+441632960000", "text": "Your code", "idempotencyKey": key})
+        client,
+        link,
+        mcp_types.CallToolRequest(
+            params=call("send_sms", {"to": "+441632960000", "text": "Your code", "idempotencyKey": key})
+        ),
     )
     say("client", f"← {answer}")
     truth = await outbox(client)
@@ -327,46 +332,58 @@ async def idempotent_hint(client: Client, link: Link) -> bool:
         f"notify is annotated {tools['notify'].annotations.model_dump(by_alias=True, exclude_none=True)}"
         "; trusting it, the client retries without a key",
     )
-    say("client", f"← {await send_and_retry_once(client, link, call('notify', {'to': 'ada', 'text': 'Shipped'}))}")
+    notify = mcp_types.CallToolRequest(params=call("notify", {"to": "ada", "text": "Shipped"}))
+    say("client", f"← {await send_and_retry_once(client, link, notify)}")
     truth = await outbox(client)
     return verdict(truth["notification"] == 2, "no guarantee: the annotated tool ran twice")
 
 
-async def key_in_meta(client: Client, link: Link) -> bool:
-    """A key in `_meta`: the SDK hands it to the handler; nothing deduplicates it."""
-    print("7. A key in _meta")
-    key, meta_key = new_key(), "io.example/idempotencyKey"
-    seen = structured(
-        await client.session.send_request(
-            mcp_types.CallToolRequest(params=call("seen_meta", {}, _meta={meta_key: key})), mcp_types.CallToolResult
+def keyed_email(key: str, placement: Placement) -> mcp_types.CallToolRequest:
+    """send_email with `key` where `placement` puts it: beside arguments (the SEP's), or in the _meta key."""
+    arguments = {"to": "ada@example.com", "subject": "Invoice", "body": "Attached."}
+    if placement is Placement.META:
+        return mcp_types.CallToolRequest(params=call("send_email", arguments, _meta={META_KEY: key}))
+    return KeyedCall(params=KeyedCallParams(name="send_email", arguments=arguments, idempotency_key=key))
+
+
+async def placements(servers: dict[Placement, tuple[Client, Link]]) -> bool:
+    """P26, both ways: a key in each placement, sent to a server in each; deduplicated exactly where they agree."""
+    print("7. The key in _meta as an extension (--placement meta), beside the SEP's field: each key, each server")
+    sent = {}  # (the server's placement, the key's placement) -> e-mails the lost answer and its retry sent
+    for server_placement, (client, link) in servers.items():
+        discovered = await client.session.send_discover(mcp_types.LATEST_PROTOCOL_VERSION)
+        capabilities = discovered.get("capabilities", {})
+        say(
+            "client",
+            f"the {server_placement.value} server advertises tools.idempotency: "
+            f"{'idempotency' in capabilities.get('tools', {})}, extensions[{EXTENSION_ID!r}]: "
+            f"{EXTENSION_ID in (capabilities.get('extensions') or {})}",
         )
-    )
-    say(
-        "client",
-        f"the handler received _meta[{meta_key!r}] = {seen.get(meta_key)!r}: what it does with it is "
-        "each tool's business",
-    )
-    before = (await outbox(client))["email"]
-    answer = await send_and_retry_once(
-        client,
-        link,
-        call("send_email", {"to": "ada@example.com", "subject": "Invoice", "body": "Attached."}, _meta={meta_key: key}),
-    )
-    say("client", f"← {answer}")
-    truth = await outbox(client)
+        for key_placement in Placement:
+            say("client", f"send_email, its key in {key_placement.value}, to the {server_placement.value} server")
+            before = (await outbox(client))["email"]
+            say("client", f"← {await send_and_retry_once(client, link, keyed_email(new_key(), key_placement))}")
+            sent[server_placement, key_placement] = (await outbox(client))["email"] - before
+    for server_placement in Placement:
+        cells = ", ".join(f"key in {key.value}: {sent[server_placement, key]} e-mail(s)" for key in Placement)
+        say("outbox", f"{server_placement.value} server: {cells}")
+    expected = {(server, key): 1 if server is key else 2 for server in Placement for key in Placement}
     return verdict(
-        seen.get(meta_key) == key and truth["email"] == before + 2,
-        "the key reached the handler, nobody deduplicated it: the retry sent the e-mail twice",
+        sent == expected,
+        "where key and server agree, one e-mail in either placement; a key in the other place is no key: two",
     )
 
 
 async def alternatives(folder: Path) -> list[bool]:
-    """Scenarios 5-7, on one mail server: the same tools, the key placed anywhere but params."""
-    async with connected(new_server(MAIL, [], folder, "alternatives", "mail")) as (client, link):
+    """Scenarios 5-7 on mail servers: the key placed anywhere but params, then in _meta as an extension."""
+    async with (
+        connected(new_server(MAIL, [], folder, "alternatives", "mail")) as (client, link),
+        connected(new_server(MAIL, ["--placement", "meta"], folder, "extension", "mail")) as extension,
+    ):
         return [
             *await key_in_arguments(client, link),
             await idempotent_hint(client, link),
-            await key_in_meta(client, link),
+            await placements({Placement.PARAMS: (client, link), Placement.META: extension}),
         ]
 
 

@@ -42,6 +42,7 @@ VARIANTS = {
     "short-lease-": ["--lease", "1", "--charge-delay", "3"],
 }
 READY_SECONDS = 20
+META = ["--placement", "meta"]  # P26 on the server's command line, and the same on the kit's
 
 
 def python_2x(script: str) -> list[str]:
@@ -54,6 +55,11 @@ def ledger_server() -> list[str]:
     return [sdk2_python(), *SDK2_SERVER]
 
 
+def typescript_server() -> list[str]:
+    """The TypeScript server, compiled (typescript_built)."""
+    return ["node", str(TYPESCRIPT / "dist" / "server.js")]
+
+
 # name -> (column title, transport, the server's command, extra kit options)
 TARGETS = {
     "1x-stdio": ("1.x stdio", "stdio", lambda: [PYTHON_1X, str(ROOT / "server.py")], []),
@@ -63,8 +69,18 @@ TARGETS = {
     "2x-http-auth": ("2.x HTTP, authorisation", "http", ledger_server, []),
     # Closing an SSE response stream is cancellation (2026-07-28): the kit's cancel checks meet it.
     "2x-http-sse": ("2.x HTTP, SSE", "http", lambda: [*ledger_server(), "--sse"], []),
+    # P26: the key as an extension, in request _meta, and the capability in capabilities.extensions.
+    "2x-stdio-meta": (
+        "2.x stdio, _meta placement",
+        "stdio",
+        lambda: [*ledger_server(), *META],
+        ["--placement", "meta"],
+    ),
+    "2x-http-meta": ("2.x HTTP, _meta placement", "http", lambda: [*ledger_server(), *META], ["--placement", "meta"]),
     "ts-stdio": ("TS stdio", "stdio", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
     "ts-http": ("TS HTTP", "http", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
+    "ts-stdio-meta": ("TS stdio, _meta placement", "stdio", lambda: [*typescript_server(), *META], META),
+    "ts-http-meta": ("TS HTTP, _meta placement", "http", lambda: [*typescript_server(), *META], META),
 }
 
 # What a target of ours may fall short on, and why (a WARNING, never a FAILURE). None, once the servers

@@ -3,7 +3,7 @@
 // TypeScript, strict; `npm run build` compiles it to dist/server.js (README.md says why tsc).
 //
 //   node typescript/dist/server.js [--transport stdio|http] [--port 8000] [--retention S] [--lease S]
-//                                  [--max-records N] [--charge-delay S] [--verbose]
+//                                  [--max-records N] [--charge-delay S] [--placement params|meta] [--verbose]
 //
 // Read it top to bottom, in the order of the SEP:
 //
@@ -48,8 +48,16 @@ interface Settings {
   lease: number; // seconds a running record holds its key before the same request may take it over
   maxRecords: number;
   chargeDelay: number; // seconds
+  placement: Placement;
   verbose: boolean;
 }
+
+// P26: where the key is read and the capability advertised. The SEP's: params.idempotencyKey and
+// capabilities.tools.idempotency. An extension's (SEP-2133): a vendor-prefixed request _meta key and
+// capabilities.extensions, named as mcp_idempotency/rules.py names them (and says why).
+type Placement = "params" | "meta";
+const EXTENSION_ID = "com.example.sep3182/idempotency";
+const META_KEY = "com.example.sep3182/idempotencyKey";
 
 /** A number from the command line, or exit with one line naming the option. */
 function number(name: string, text: string, { min, above }: { min?: number; above?: number }): number {
@@ -73,11 +81,16 @@ function settingsFrom(argv: string[]): Settings {
       lease: { type: "string", default: String(LEASE_SECONDS) },
       "max-records": { type: "string", default: String(MAX_RECORDS) },
       "charge-delay": { type: "string", default: "0" },
+      placement: { type: "string", default: "params" },
       verbose: { type: "boolean", default: false },
     },
   });
   if (values.transport !== "stdio" && values.transport !== "http") {
     console.error(`server.js: --transport is stdio or http, not ${values.transport}`);
+    process.exit(2);
+  }
+  if (values.placement !== "params" && values.placement !== "meta") {
+    console.error(`server.js: --placement is params or meta, not ${values.placement}`);
     process.exit(2);
   }
   const maxRecords = number("max-records", values["max-records"], { min: 1 });
@@ -90,6 +103,7 @@ function settingsFrom(argv: string[]): Settings {
     lease: number("lease", values.lease, { above: 0 }),
     maxRecords,
     chargeDelay: number("charge-delay", values["charge-delay"], { min: 0 }),
+    placement: values.placement,
     verbose: values.verbose,
   };
 }
@@ -145,9 +159,12 @@ function demoServer(): McpServer {
   // drops it): the window in whole seconds, rounded down so that no client counts on time
   // not kept (1.5 s advertises 1). The SDK's type for it knows only tools.listChanged, while
   // its schema is loose and keeps other members at run time, as the initialize result
-  // shows: hence the cast.
+  // shows: hence the cast. P26: the extension placement needs none, since the SDK types
+  // capabilities.extensions (SEP-2133), and its client keeps it.
   const idempotency = { maxKeyLength: MAX_KEY_LENGTH, retentionSeconds: Math.floor(settings.retention) };
-  server.server.registerCapabilities({ tools: { idempotency } as ServerCapabilities["tools"] });
+  server.server.registerCapabilities(settings.placement === "meta"
+    ? { extensions: { [EXTENSION_ID]: idempotency } }
+    : { tools: { idempotency } as ServerCapabilities["tools"] });
   return server;
 }
 
@@ -165,7 +182,16 @@ interface CallParams {
   name: string;
   arguments?: { [member: string]: Json };
   idempotencyKey?: unknown;
+  _meta?: unknown;
   [member: string]: unknown;
+}
+
+/** P1, P26: what the request carries where this server's placement reads a key; a key in the other place is no key. */
+function sentKey(params: CallParams): unknown {
+  if (settings.placement === "params") return params.idempotencyKey;
+  const meta = params._meta;
+  return typeof meta === "object" && meta !== null && !Array.isArray(meta)
+    ? (meta as Record<string, unknown>)[META_KEY] : undefined; // a malformed _meta is the SDK's to refuse
 }
 
 /** P2: why `value` is not a key ("got a number"), or null when it is a string of 1 to 255 characters. */
@@ -334,7 +360,7 @@ class Idempotent<Inner extends Transport> implements Transport {
 
   /** S0-S3 (P4): a tools/call, before the SDK's handler and any tool runs. */
   toolsCall(message: JSONRPCRequest, params: CallParams, extra?: MessageExtraInfo): void | Promise<void> {
-    const key = params.idempotencyKey; // P1: only the sibling of name and arguments is a key
+    const key = sentKey(params); // P1: only the sibling of name and arguments (or the extension's _meta key, P26)
     if (key === undefined || key === null) {
       log(`no key: tool=${params.name}`);
       return this.onmessage?.(message, extra); // exactly what the server did before

@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from pydantic_core import from_json, to_json
 
 from . import rules
-from .rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE
+from .rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE, Placement
 from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won, open_store
 
 log = logging.getLogger("idempotency")
@@ -102,12 +102,13 @@ def well_formed(ctx: Any) -> bool:
         return False
 
 
-def key_of(params: Mapping[str, Any]) -> str | None:
-    """P1, P2: the request's idempotencyKey, or None when it carries none."""
-    # P1: only the sibling of `name` and `arguments` counts; a field of the same
-    # name inside `arguments` or `_meta` is the tool's business, not a key.
+def key_of(params: Mapping[str, Any], placement: Placement = Placement.PARAMS) -> str | None:
+    """P1, P2, P26: the request's key where the placement reads it, or None when it carries none there."""
+    # P1: only the placement's own member counts (the sibling of `name` and `arguments`,
+    # or the extension's _meta key); a field of the same name anywhere else, in
+    # `arguments` or in the other placement, is the tool's business, not a key.
     try:
-        return rules.checked_key(params.get("idempotencyKey"))
+        return rules.checked_key(rules.sent_key(params, placement))
     except rules.InvalidKey as bad:
         log.debug("invalid key: %s", bad)
         raise rejection(INVALID_KEY, None, str(bad)) from None
@@ -168,9 +169,10 @@ class Idempotency:
 
     Everything it needs is passed in: the store's URL (memory, sqlite:PATH or
     postgresql://...), its limits (retention P8, lease P18, bound P9), the server's
-    info (stamped on a replay shaped for 2026-07-28, P20) and how to find the
-    principal of a request (K2). A subclass may change one decision by overriding
-    the method that makes it; tests/stand_ins/ do, to break one rule each.
+    info (stamped on a replay shaped for 2026-07-28, P20), how to find the
+    principal of a request (K2) and where the key and the capability are (P26).
+    A subclass may change one decision by overriding the method that makes it;
+    tests/stand_ins/ do, to break one rule each.
     """
 
     def __init__(
@@ -180,8 +182,10 @@ class Idempotency:
         server_info: Mapping[str, str],
         limits: Limits = Limits(),
         principal: Callable[[], Principal] = one_tenant,
+        placement: Placement = Placement.PARAMS,
     ):
         self.store_url, self.limits, self.principal = store, limits, principal
+        self.placement = placement  # P26: it decides only where the key is read and the capability written
         self.server_info = dict(server_info)
         self._store: Store | None = None
 
@@ -223,9 +227,8 @@ class Idempotency:
         return await call_next(ctx)
 
     def advertised(self, result: dict[str, Any]) -> dict[str, Any]:
-        """P14, P11': capabilities.tools.idempotency, carrying the key length and window clients may rely on."""
-        tools = result.setdefault("capabilities", {}).setdefault("tools", {})
-        tools["idempotency"] = rules.capability(self.limits.retention)
+        """P14, P11', P26: the capability where the placement puts it, with the key length and window."""
+        rules.advertise(result.setdefault("capabilities", {}), self.placement, rules.capability(self.limits.retention))
         return result
 
     async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
@@ -236,7 +239,7 @@ class Idempotency:
         # that malformed params never claim a key nor get a rejection or a replay.
         params = ctx.params if isinstance(ctx.params, Mapping) else {}
         try:
-            key = key_of(params)
+            key = key_of(params, self.placement)
         except MCPError:
             if well_formed(ctx):
                 raise

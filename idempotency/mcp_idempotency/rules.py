@@ -7,8 +7,10 @@ holds its own copy of each, so that it reads alone beside the SEP; tests/ checks
 both servers on the wire with the same rows, so the two cannot drift apart unseen.
 """
 
+import enum
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema  # pydantic ships with every mcp
@@ -130,6 +132,42 @@ def capability(retention: float) -> dict[str, int]:
     """P11': capabilities.tools.idempotency: the longest key taken, and the window in whole seconds."""
     # Rounded down, so that no client counts on time the server does not keep: 1.5 s advertises 1.
     return {"maxKeyLength": MAX_KEY_LENGTH, "retentionSeconds": int(retention)}
+
+
+# ----------------------------------------------------------------------------
+# P26: where the key is read and the capability written, one placement at a time
+# ----------------------------------------------------------------------------
+
+# The extension's id and its _meta key, by SEP-2133 and the _meta naming rules of
+# 2026-07-28 (basic/index.mdx): a reverse-DNS vendor prefix, then a name. A third party
+# may not use io.modelcontextprotocol/ (reserved for MCP); com.example is RFC 2606's,
+# owned by nobody, so this demonstration collides with no real vendor. Adopted as an
+# official extension, both would move under io.modelcontextprotocol/ (a new id, SEP-2133).
+EXTENSION_ID = "com.example.sep3182/idempotency"
+META_KEY = "com.example.sep3182/idempotencyKey"
+
+
+class Placement(enum.Enum):
+    """P26: the SEP's field and capability, or an extension with a request _meta key."""
+
+    PARAMS = "params"  # params.idempotencyKey, capabilities.tools.idempotency (the SEP's, W1, C1)
+    META = "meta"  # params._meta[META_KEY], capabilities.extensions[EXTENSION_ID] (SEP-2133)
+
+
+def sent_key(params: Mapping[str, Any], placement: Placement) -> Any:
+    """P1, P26: what the request carries where this placement reads a key; a key in the other place is no key."""
+    if placement is Placement.PARAMS:
+        return params.get("idempotencyKey")
+    meta = params.get("_meta")
+    return meta.get(META_KEY) if isinstance(meta, Mapping) else None  # a malformed _meta is the SDK's to refuse
+
+
+def advertise(capabilities: dict[str, Any], placement: Placement, settings: dict[str, int]) -> None:
+    """C1, P14, P26: the capability's settings where this placement advertises them, and only there."""
+    if placement is Placement.PARAMS:
+        capabilities.setdefault("tools", {})["idempotency"] = settings
+    else:
+        capabilities["extensions"] = {**(capabilities.get("extensions") or {}), EXTENSION_ID: settings}
 
 
 # ----------------------------------------------------------------------------

@@ -261,17 +261,20 @@ def main(layer: type[Idempotency] = Idempotency, argv: list[str] | None = None) 
         sys.exit(f"cannot open the store {settings.store}: {problem}")
     where = "stdio" if settings.transport == "stdio" else f"http://{settings.host}:{settings.port}/mcp"
     log.info(
-        "serving on %s: store %s, retention %gs, lease %gs, at most %d records, charge delay %gs",
+        "serving on %s: store %s, retention %gs, lease %gs, at most %d records, charge delay %gs, key in %s",
         where,
         settings.store,
         settings.retention,
         settings.lease,
         settings.max_records,
         settings.charge_delay,
+        settings.placement.value,
     )
     log.info("%s", tenancy(settings))
     principal = one_tenant if settings.issuer is None else token_principal
-    keys = layer(settings.store, server_info=SERVER_INFO, limits=limits, principal=principal)
+    keys = layer(
+        settings.store, server_info=SERVER_INFO, limits=limits, principal=principal, placement=settings.placement
+    )
     if settings.transport == "stdio":
         ledger_server(keys, settings.charge_delay).run()
     else:

@@ -2,7 +2,7 @@
 
 import argparse
 
-from ..rules import MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, RETENTION_SECONDS
+from ..rules import EXTENSION_ID, MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, META_KEY, RETENTION_SECONDS, Placement
 from ..stores import LEASE_SECONDS, Limits
 
 # P8, P9, P9', P18 on the command line: the windows and the bounds the demo's servers keep, settable
@@ -35,7 +35,7 @@ def delay(text: str) -> float:
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
-    """The options both servers take: the windows, the bounds, the demo's charge delay, the decision log."""
+    """The options both servers take: the windows, the bounds, the demo's charge delay, the placement, the log."""
     parser.add_argument(
         "--retention",
         type=seconds,
@@ -70,6 +70,15 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="SECONDS",
         help="how long each charge takes, to catch one in flight (default: 0)",
+    )
+    parser.add_argument(
+        "--placement",
+        type=Placement,
+        choices=list(Placement),
+        default=Placement.PARAMS,
+        metavar="{params,meta}",
+        help="where the key is read (P26): params.idempotencyKey with capabilities.tools.idempotency (the SEP's, "
+        f"default), or _meta[{META_KEY}] with capabilities.extensions[{EXTENSION_ID}]",
     )
     parser.add_argument(
         "--verbose", action="store_true", help="log every idempotency decision on stderr (the demos turn this on)"

@@ -1,0 +1,118 @@
+// P26 measured on the TypeScript SDKs: what survives of each placement, through stock API only.
+//
+//   node tests/interop/placement_ts.mjs PARAMS_URL META_URL    (the 2.x ledger server in each placement, HTTP)
+//
+// One JSON object on stdout; tests/placement_table.py starts the servers and makes docs/placement.md's table.
+// Clients (@modelcontextprotocol/client 2.4.0, @modelcontextprotocol/sdk 1.32.2): one keyed callTool each,
+// the frame as the transport's fetch sent it, and the typed getServerCapabilities(). Server (sdk 1.32.2's
+// McpServer, the one tests/interop and typescript/ hold; no @modelcontextprotocol/server is in either lockfile):
+// over InMemoryTransport, what the transport, the tool callback and the client's capabilities get.
+
+import { Client as ClientV2, StreamableHTTPClientTransport as HttpV2 } from "@modelcontextprotocol/client";
+import { Client as ClientV1 } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport as HttpV1 } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+
+const EXTENSION_ID = "com.example.sep3182/idempotency";
+const META_KEY = "com.example.sep3182/idempotencyKey";
+const SETTINGS = { maxKeyLength: 255, retentionSeconds: 86400 };
+const KEY = "measured-key";
+const [paramsUrl, metaUrl, ...extra] = process.argv.slice(2);
+if (metaUrl === undefined || extra.length > 0) {
+  console.error("usage: placement_ts.mjs PARAMS_URL META_URL");
+  process.exit(2);
+}
+
+/** The installed version of one package, as node_modules holds it. */
+function versionOf(name) {
+  const url = new URL(`./node_modules/${name}/package.json`, import.meta.url);
+  return JSON.parse(readFileSync(url, "utf8")).version;
+}
+
+/** Where `placement` puts the key, in params (or undefined). */
+function keyIn(params, placement) {
+  return placement === "params" ? params?.idempotencyKey : params?._meta?.[META_KEY];
+}
+
+/** The capability where `placement` advertises it, in a capabilities object (or undefined). */
+function capabilityIn(capabilities, placement) {
+  return placement === "params" ? capabilities?.tools?.idempotency : capabilities?.extensions?.[EXTENSION_ID];
+}
+
+/** The stock callTool params with the key in `placement`: the SEP's member, or the extension's _meta key. */
+function keyedParams(placement) {
+  const params = { name: "charge_guarded", arguments: { amount: 100 } };
+  return placement === "params" ? { ...params, idempotencyKey: KEY } : { ...params, _meta: { [META_KEY]: KEY } };
+}
+
+/** A client SDK against the ledger server in `placement`: was the key sent, and does its typed view keep the capability? */
+async function measureClient(makeClient, makeTransport, placement, url) {
+  const sent = [];
+  const fetchAndKeep = async (input, init) => {
+    if (typeof init?.body === "string") sent.push(JSON.parse(init.body));
+    return fetch(input, init);
+  };
+  const client = makeClient();
+  await client.connect(makeTransport(new URL(url), { fetch: fetchAndKeep }));
+  await client.callTool(keyedParams(placement));
+  const frame = sent.find((message) => message.method === "tools/call");
+  const capability = capabilityIn(client.getServerCapabilities(), placement);
+  await client.close();
+  return { sent: keyIn(frame?.params, placement) === KEY, capability_typed: capability ?? null };
+}
+
+/** sdk 1.32.2's McpServer in `placement`: what the transport and the tool callback get, and what reaches a client. */
+async function measureServer(placement) {
+  const seen = {};
+  const server = new McpServer({ name: "placement", version: "1.0.0" });
+  server.registerTool("charge_guarded", { inputSchema: { amount: z.number() } }, async ({ amount }, extra) => {
+    seen.handler = keyIn({ _meta: extra._meta, ...extra }, placement) === KEY;
+    return { content: [{ type: "text", text: `charged ${amount}` }] };
+  });
+  // Stock API: the SDK's ServerCapabilities types extensions (SEP-2133), not tools.idempotency (hence the cast).
+  const advertised = placement === "params" ? { tools: { idempotency: SETTINGS } } : { extensions: { [EXTENSION_ID]: SETTINGS } };
+  server.server.registerCapabilities(/** @type {any} */ (advertised));
+  const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+  await server.connect(serverSide);
+  const received = serverSide.onmessage; // the SDK's own handler, installed by connect
+  serverSide.onmessage = (message, info) => {
+    if (message.method === "tools/call") seen.transport = keyIn(message.params, placement) === KEY;
+    received(message, info);
+  };
+  const initializeResult = {};
+  const send = serverSide.send.bind(serverSide); // what the server writes, before any client schema reads it
+  serverSide.send = async (message, options) => {
+    if (message.result?.protocolVersion !== undefined) Object.assign(initializeResult, message.result);
+    return send(message, options);
+  };
+  const client = new ClientV1({ name: "placement", version: "1.0.0" });
+  await client.connect(clientSide);
+  await client.callTool(keyedParams(placement));
+  await client.close();
+  return {
+    transport: seen.transport === true,
+    handler: seen.handler === true,
+    capability_on_the_wire: capabilityIn(initializeResult.capabilities, placement) ?? null,
+  };
+}
+
+const v2 = [() => new ClientV2({ name: "placement", version: "1.0.0" }, { versionNegotiation: { mode: "auto" } }), (url, options) => new HttpV2(url, options)];
+const v1 = [() => new ClientV1({ name: "placement", version: "1.0.0" }), (url, options) => new HttpV1(url, options)];
+const urls = { params: paramsUrl, meta: metaUrl };
+const result = {};
+for (const placement of ["params", "meta"]) {
+  result[placement] = {
+    client_v2: await measureClient(...v2, placement, urls[placement]),
+    client_v1: await measureClient(...v1, placement, urls[placement]),
+    server_v1: await measureServer(placement),
+  };
+}
+console.log(
+  JSON.stringify({
+    sdks: { client_v2: `@modelcontextprotocol/client ${versionOf("@modelcontextprotocol/client")}`, v1: `@modelcontextprotocol/sdk ${versionOf("@modelcontextprotocol/sdk")}` },
+    rows: result,
+  }),
+);

@@ -1,0 +1,193 @@
+"""P26 measured: for each placement and SDK, what survives on the way out, on the way in, and in the capability.
+
+    python3 tests/placement_table.py            # measure, print the table
+    python3 tests/placement_table.py --write    # measure, and put the table in docs/placement.md
+
+It runs tests/placement_sdk2.py (mcp 2.x, in .venv-2x) and tests/interop/placement_ts.mjs (the TypeScript
+SDKs its lockfile pins; `npm ci` first if nothing is installed), the latter against the 2.x ledger server
+started over HTTP in each placement. Every yes or no in the table is what that run saw; the "how" beside it
+names the API the measuring code used, and its lines are counted in those two files.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+
+from kit_targets import http_servers, ledger_server
+from wire import ROOT, sdk2_python
+
+INTEROP = ROOT / "tests" / "interop"
+DOC = ROOT / "docs" / "placement.md"
+MARKS = ("<!-- table: tests/placement_table.py --write writes from here -->", "<!-- to here -->")
+PLACEMENTS = {
+    "params": "`params.idempotencyKey` (the SEP's)",
+    "meta": '`_meta["com.example.sep3182/idempotencyKey"]` (an extension)',
+}
+
+
+def measured_python() -> dict:
+    """mcp 2.x, both placements, from placement_sdk2.py."""
+    ran = subprocess.run(
+        [sdk2_python(), str(ROOT / "tests" / "placement_sdk2.py")], capture_output=True, text=True, timeout=120
+    )
+    if ran.returncode != 0:
+        raise RuntimeError(f"placement_sdk2.py failed:\n{ran.stderr[-2000:]}")
+    return json.loads(ran.stdout)
+
+
+def measured_typescript() -> dict:
+    """The TypeScript SDKs, both placements, from placement_ts.mjs against the ledger server in each placement."""
+    if not (INTEROP / "node_modules").is_dir():  # as tests/interop/run.sh does: only what the lockfile pins
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=INTEROP, check=True, timeout=300)
+    servers = [[*ledger_server(), "--store", "memory", "--placement", placement] for placement in PLACEMENTS]
+    with http_servers(servers) as urls:
+        ran = subprocess.run(
+            ["node", str(INTEROP / "placement_ts.mjs"), *urls], capture_output=True, text=True, timeout=120
+        )
+    if ran.returncode != 0:
+        raise RuntimeError(f"placement_ts.mjs failed:\n{ran.stderr[-2000:]}")
+    return json.loads(ran.stdout)
+
+
+def said(survived: bool, yes: str, no: str) -> str:
+    """A cell: the measured answer first, then how (or why not)."""
+    return f"**yes**: {yes}" if survived else f"**no**: {no}"
+
+
+def kept(capability) -> bool:
+    """Did the capability arrive with its settings?"""
+    return capability == {"maxKeyLength": 255, "retentionSeconds": 86400}
+
+
+def python_rows(measured: dict) -> list[list[str]]:
+    """mcp 2.x's rows: client, then server, in each placement."""
+    sdk, params, meta = measured["sdk"], measured["rows"]["params"], measured["rows"]["meta"]
+    return [
+        [
+            sdk,
+            PLACEMENTS["params"],
+            said(
+                params["sent"],
+                "stock `CallToolRequestParams`",
+                "the stock `CallToolRequestParams` drops it; a subclass that declares it sends it "
+                "(`mcp_idempotency/keyed_call.py`, 2 classes, 6 lines)",
+            ),
+            said(
+                params["middleware"],
+                "only raw: a server middleware (`ctx.params`, the layer) and a handler reading "
+                "`ctx.request_context.params`; `Extension.intercept_tool_call` gets validated params, the key gone"
+                if params["handler"]
+                else "only in a server middleware (`ctx.params`, the layer)",
+                "not even in a middleware",
+            ),
+            said(
+                kept(params["capability_on_the_wire"]) and kept(params["capability_typed"]),
+                "typed",
+                "no server API declares it: a middleware adds it to the `server/discover` and `initialize` "
+                "results (3 lines); the typed `client.server_capabilities` drops it, so a client reads it raw"
+                if kept(params["capability_on_the_wire"])
+                else "not on the wire",
+            ),
+        ],
+        [
+            sdk,
+            PLACEMENTS["meta"],
+            said(meta["sent"], "`client.call_tool(name, arguments, meta={KEY: key})` (1 line)", "dropped"),
+            said(
+                meta["middleware"] and meta["intercept_tool_call"] and meta["handler"],
+                "a middleware, `Extension.intercept_tool_call` (validated params keep `_meta`) and the handler "
+                "(`ctx.request_context.meta`)",
+                f"middleware {meta['middleware']}, interceptor {meta['intercept_tool_call']}, "
+                f"handler {meta['handler']}",
+            ),
+            said(
+                kept(meta["capability_on_the_wire"]) and kept(meta["capability_typed"]),
+                "`Extension.settings()` (SEP-2133, stock; 4 lines) puts it on the wire, and the typed "
+                "`client.server_capabilities.extensions[id]` keeps it",
+                f"on the wire {meta['capability_on_the_wire']}, typed {meta['capability_typed']}",
+            ),
+        ],
+    ]
+
+
+def typescript_rows(measured: dict) -> list[list[str]]:
+    """The TypeScript SDKs' rows: the v2 client, the 1.x client, the 1.x server, in each placement."""
+    sdks, rows = measured["sdks"], measured["rows"]
+    lines = []
+    for placement, where in PLACEMENTS.items():
+        row = rows[placement]
+        field = "{..., idempotencyKey: key}" if placement == "params" else "{..., _meta: {[KEY]: key}}"
+        for client, sdk in (("client_v2", sdks["client_v2"]), ("client_v1", f"{sdks['v1']} (client)")):
+            lines.append(
+                [
+                    sdk,
+                    where,
+                    said(row[client]["sent"], f"`client.callTool({field})` sends params as given (1 line)", "dropped"),
+                    "(a client)",
+                    said(
+                        kept(row[client]["capability_typed"]),
+                        "the typed `getServerCapabilities().extensions[id]` keeps it",
+                        "the typed `getServerCapabilities().tools` drops it: read the raw result",
+                    ),
+                ]
+            )
+        server = row["server_v1"]
+        lines.append(
+            [
+                f"{sdks['v1']} (`McpServer`)",
+                where,
+                "(a server)",
+                said(
+                    server["handler"],
+                    "the tool callback's `extra._meta[KEY]`, and the raw message on the `Transport`",
+                    "only on the `Transport` (a wrapper reads the raw message, as typescript/server.ts does); "
+                    "`CallToolRequestSchema` drops it before any handler"
+                    if server["transport"]
+                    else "not even on the transport",
+                ),
+                said(
+                    kept(server["capability_on_the_wire"]),
+                    "on the wire by `server.server.registerCapabilities({extensions: {[id]: settings}})`, "
+                    "typed (1 line)"
+                    if placement == "meta"
+                    else "on the wire by `registerCapabilities({tools: {idempotency}})`, with a cast: the type "
+                    "allows only `listChanged`; the schema keeps it at run time (1 line)",
+                    "not on the wire",
+                ),
+            ]
+        )
+    return lines
+
+
+def table(python: dict, typescript: dict) -> str:
+    """The measured table, in markdown."""
+    head = [
+        "| SDK | placement | the way out: the client sends it | the way in: the server sees it | "
+        "the capability: the client sees it |",
+        "|---|---|---|---|---|",
+    ]
+    rows = python_rows(python) + typescript_rows(typescript)
+    return "\n".join(head + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+
+
+def with_table(markdown: str) -> str:
+    """docs/placement.md with `markdown` between its MARKS."""
+    text = DOC.read_text(encoding="utf-8")
+    start, end = text.index(MARKS[0]) + len(MARKS[0]), text.index(MARKS[1])
+    return f"{text[:start]}\n{markdown}{text[end:]}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="put the table in docs/placement.md")
+    options = parser.parse_args(argv)
+    markdown = table(measured_python(), measured_typescript())
+    if options.write:
+        DOC.write_text(with_table(markdown), encoding="utf-8")
+    print(markdown, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""P26: the key as an extension beside the SEP's field, one placement at a time.
+
+The 2.x ledger server started with `--placement meta` reads the key from request
+`params._meta["com.example.sep3182/idempotencyKey"]` and advertises
+`capabilities.extensions["com.example.sep3182/idempotency"]`; with the default it
+reads `params.idempotencyKey` and advertises `capabilities.tools.idempotency`. Each
+placement is the same layer, so replay, conflict and in progress hold in both; a key
+in the other place is no key (P1 for that placement). The names are spelled here as
+the wire carries them, not imported from the server: the tests check the contract.
+"""
+
+import json
+import subprocess
+import sys
+import time
+
+import kit_targets
+import placement_table
+import pytest
+from wire import CONFLICT, IN_PROGRESS, INVALID_KEY, SDK2_SERVER, Wire, error_type, new_key, sdk2_python, start
+
+EXTENSION_ID = "com.example.sep3182/idempotency"
+META_KEY = "com.example.sep3182/idempotencyKey"
+SETTINGS = {"maxKeyLength": 255, "retentionSeconds": 86400}  # P11' at the default window (P8)
+CHARGE_DELAY = 0.8  # seconds: long enough to send a second call while the first one charges
+
+pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
+
+
+@pytest.fixture(scope="module", params=["2x-stdio", "2x-http"])
+def server_target(request) -> str:
+    """Both 2.x transports; named apart from conftest's `target`, which is chosen per test, not per module."""
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def meta_server(server_target):
+    """The ledger server in the extension placement, its charges slow enough to catch one in flight."""
+    wire = start(server_target, "--placement", "meta", "--charge-delay", str(CHARGE_DELAY))
+    yield wire
+    wire.close()
+
+
+@pytest.fixture(scope="module")
+def params_server(server_target):
+    """The ledger server in the SEP's placement, the default."""
+    wire = start(server_target)
+    yield wire
+    wire.close()
+
+
+def meta_charge(wire: Wire, key, amount: int = 100, **meta) -> int:
+    """Send a charge with `key` in the extension's _meta key (and any other _meta members); its id."""
+    return wire.send_call("charge_guarded", {"amount": amount}, _meta={META_KEY: key, **meta})
+
+
+def charges(wire: Wire) -> int:
+    """How many charges the ledger holds: ground truth, read without a key."""
+    return wire.ledger()["charges"]
+
+
+def capabilities(wire: Wire) -> dict:
+    """What server/discover advertises."""
+    return wire.request("server/discover", {})["result"]["capabilities"]
+
+
+# ----------------------------------------------------------------------------
+# The extension placement keeps every rule of the SEP's
+# ----------------------------------------------------------------------------
+
+
+def test_meta_placement_replays_a_finished_call_without_charging_again(meta_server):
+    before, key = charges(meta_server), new_key()
+    first = meta_server.reply(meta_charge(meta_server, key))
+    # E1: the fingerprint ignores _meta, so another progress token is still the same request.
+    retry = meta_server.reply(meta_charge(meta_server, key, progressToken="another"))
+    assert "result" in first and not first["result"].get("isError"), first
+    assert retry["result"] == first["result"]
+    assert charges(meta_server) == before + 1
+
+
+def test_meta_placement_rejects_the_key_reused_with_other_arguments(meta_server):
+    before, key = charges(meta_server), new_key()
+    meta_server.reply(meta_charge(meta_server, key, amount=100))
+    reused = meta_server.reply(meta_charge(meta_server, key, amount=200))
+    assert error_type(reused) == CONFLICT, reused
+    assert reused["error"]["data"]["idempotencyKey"] == key
+    assert charges(meta_server) == before + 1
+
+
+def test_meta_placement_rejects_at_once_a_repeat_of_a_call_still_running(meta_server):
+    before, key = charges(meta_server), new_key()
+    running = meta_charge(meta_server, key)
+    time.sleep(CHARGE_DELAY / 4)  # the first call has claimed the key and is charging
+    started = time.monotonic()
+    repeat = meta_server.reply(meta_charge(meta_server, key))
+    assert error_type(repeat) == IN_PROGRESS, repeat
+    assert time.monotonic() - started < CHARGE_DELAY  # S1: rejected at once, not after the charge
+    assert "result" in meta_server.reply(running)
+    assert charges(meta_server) == before + 1
+
+
+def test_meta_placement_refuses_an_invalid_key_and_runs_nothing(meta_server):
+    before = charges(meta_server)
+    refused = meta_server.reply(meta_charge(meta_server, "k" * 256))
+    assert error_type(refused) == INVALID_KEY, refused
+    assert charges(meta_server) == before
+
+
+# ----------------------------------------------------------------------------
+# P1 per placement: a key in the other place is no key
+# ----------------------------------------------------------------------------
+
+
+def test_meta_placement_runs_every_call_with_a_key_in_params(meta_server):
+    before, key = charges(meta_server), new_key()
+    for _ in range(2):
+        answer = meta_server.charge(100, key=key)
+        assert "result" in answer and not answer["result"].get("isError"), answer
+    assert charges(meta_server) == before + 2
+
+
+def test_params_placement_runs_every_call_with_a_key_in_meta(params_server):
+    before, key = charges(params_server), new_key()
+    for _ in range(2):
+        answer = params_server.reply(meta_charge(params_server, key))
+        assert "result" in answer and not answer["result"].get("isError"), answer
+    assert charges(params_server) == before + 2
+
+
+def test_params_placement_still_replays_a_key_in_params(params_server):
+    before, key = charges(params_server), new_key()
+    first, retry = params_server.charge(100, key=key), params_server.charge(100, key=key)
+    assert retry["result"] == first["result"]
+    assert charges(params_server) == before + 1
+
+
+# ----------------------------------------------------------------------------
+# C1, P26: the capability where the placement puts it, and only there
+# ----------------------------------------------------------------------------
+
+
+def test_meta_placement_advertises_the_extension_and_not_tools_idempotency(meta_server):
+    advertised = capabilities(meta_server)
+    assert advertised["extensions"][EXTENSION_ID] == SETTINGS
+    assert "idempotency" not in advertised.get("tools", {}), advertised
+
+
+def test_params_placement_advertises_tools_idempotency_and_not_the_extension(params_server):
+    advertised = capabilities(params_server)
+    assert advertised["tools"]["idempotency"] == SETTINGS
+    assert EXTENSION_ID not in (advertised.get("extensions") or {}), advertised
+
+
+def test_an_unknown_placement_is_refused_before_anything_serves(tmp_path):
+    refused = subprocess.run(
+        [sdk2_python(), *SDK2_SERVER, "--placement", "header", "--store", f"sqlite:{tmp_path / 'store.db'}"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2, refused
+    assert "--placement" in refused.stderr and "header" in refused.stderr
+    assert refused.stdout == ""  # nothing served
+    assert not (tmp_path / "store.db").exists()  # nothing opened
+
+
+# ----------------------------------------------------------------------------
+# The kit in either placement (conformance/kit.py --placement; the full runs are test_kit.py's, slow)
+# ----------------------------------------------------------------------------
+
+# A few checks that between them take every path the placement changes: the capability, a key set by
+# the kit's calls, one written as raw text (serialisation), one on another method, and the other place.
+KIT_CHECKS = [
+    "sep-3182-capability-declared",
+    "sep-3182-capability-settings",
+    "sep-3182-repeat-executes-once",
+    "sep-3182-conflict-rejected",
+    "sep-3182-equivalence-serialisation",
+    "sep-3182-key-only-in-params",
+    "sep-3182-other-methods-ignore-the-key",
+]
+
+
+@pytest.mark.parametrize("name", ["2x-stdio-meta", "2x-http-meta", "ts-stdio-meta"])
+def test_the_kit_in_meta_placement_passes_a_server_in_meta_placement(name):
+    results, output = kit_targets.run_kit(name, KIT_CHECKS)
+    assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(KIT_CHECKS, "SUCCESS"), output
+
+
+@pytest.mark.parametrize(
+    ("kit_placement", "server_placement"), [("meta", "params"), ("params", "meta")], ids=["kit_meta", "kit_params"]
+)
+def test_the_kit_fails_a_server_whose_key_is_in_the_other_placement(tmp_path, kit_placement, server_placement):
+    server = [*kit_targets.ledger_server(), "--placement", server_placement, "--store", f"sqlite:{tmp_path / 's.db'}"]
+    checks = ["sep-3182-capability-declared", "sep-3182-repeat-executes-once"]
+    ran = subprocess.run(
+        [sys.executable, str(kit_targets.KIT), "--command", subprocess.list2cmdline(server)]
+        + ["--placement", kit_placement, "--json", str(tmp_path / "checks.json")]
+        + [option for check in checks for option in ("--check", check)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    results = json.loads((tmp_path / "checks.json").read_text(encoding="utf-8"))
+    assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(checks, "FAILURE"), ran.stdout
+    assert ran.returncode == 1, ran.stdout
+
+
+# ----------------------------------------------------------------------------
+# What each SDK keeps of each placement, measured (docs/placement.md)
+# ----------------------------------------------------------------------------
+
+
+def test_the_placement_table_is_what_the_sdks_do():
+    python, typescript = placement_table.measured_python(), placement_table.measured_typescript()
+    # The findings the Working Group paragraph rests on, read from the run itself:
+    assert python["rows"]["meta"]["sent"] and python["rows"]["meta"]["intercept_tool_call"]
+    assert not python["rows"]["params"]["sent"]  # mcp 2.x's stock client drops the SEP's field
+    assert python["rows"]["params"]["capability_typed"] is None  # and its typed capabilities drop tools.idempotency
+    for placement in ("params", "meta"):
+        assert typescript["rows"][placement]["client_v2"]["sent"], placement
+    assert not typescript["rows"]["params"]["server_v1"]["handler"]
+    assert typescript["rows"]["meta"]["server_v1"]["handler"]
+    # The doc holds exactly this run's table (python3 tests/placement_table.py --write brings it up to date).
+    doc = placement_table.DOC.read_text(encoding="utf-8")
+    assert placement_table.with_table(placement_table.table(python, typescript)) == doc
