@@ -26,7 +26,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import anyio
@@ -79,7 +79,8 @@ INSERT = "INSERT INTO tasks VALUES ({}, {}, 'working', {}, {}, NULL)"
 READ = "SELECT status, created_at, updated_at, outcome FROM tasks WHERE task_id = {} AND owner = {}"
 # A task leaves `working` once: the first of its finish and a cancel wins.
 FINISH = "UPDATE tasks SET status = {}, updated_at = {}, outcome = {} WHERE task_id = {} AND status = 'working'"
-CANCEL = "UPDATE tasks SET status = 'cancelled', updated_at = {} WHERE task_id = {} AND owner = {} AND status = 'working'"
+CANCEL = """UPDATE tasks SET status = 'cancelled', updated_at = {}
+    WHERE task_id = {} AND owner = {} AND status = 'working'"""
 # PostgreSQL: a task's creation and its work take turns on a lock of the task's own
 # (SQLite's write lock does it there): the work waits until its creation has ended.
 TURN = "SELECT pg_advisory_xact_lock(hashtext($1))"
@@ -129,7 +130,7 @@ async def take_turn(tx: Transaction, task_id: str) -> None:
 
 def now() -> str:
     """ISO 8601, UTC, as SEP-2663's timestamps are written."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # ----------------------------------------------------------------------------
