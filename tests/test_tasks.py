@@ -137,6 +137,29 @@ def test_a_keyed_retry_that_does_not_declare_the_extension_gets_32021_and_the_ha
     assert ledger_after(wire, 1)["charges"] == 1
 
 
+@pytest.mark.targets("2x-http")
+def test_a_keyed_retry_on_the_2025_handshake_is_refused_never_a_task_and_the_handle_stays(spawn):
+    # SEP-2663 defines no tasks on 2025-11-25, nor -32021 there: the layer cannot shape the
+    # recorded task for that revision, and the SDK refuses it (-32602). Never a task, nothing runs.
+    wire = spawn(*TASKS)
+    key = new_key()
+    handle = task_call(wire, 100, key)["result"]
+    wire.revision = "2025-11-25"
+    refused = task_call(wire, 100, key)
+    assert "result" not in refused and refused["error"]["code"] == -32602
+    wire.revision = "2026-07-28"
+    assert task_call(wire, 100, key)["result"] == handle
+    finished(wire, handle["taskId"])
+    assert ledger_after(wire, 1)["charges"] == 1
+
+
+def test_a_task_whose_arguments_fail_the_schema_completes_with_the_tools_error_and_charges_nothing(spawn):
+    wire = spawn(*TASKS)
+    task = finished(wire, task_call(wire, "a hundred", new_key())["result"]["taskId"])
+    assert task["status"] == "completed" and task["result"]["isError"] is True  # SEP-2663: isError is completed
+    assert ledger_after(wire, 0)["charges"] == 0
+
+
 @pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
 def test_a_call_that_does_not_declare_the_extension_is_answered_at_once_never_as_a_task(spawn, keyed):
     wire = spawn(*TASKS)
