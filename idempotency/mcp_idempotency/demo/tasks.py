@@ -76,6 +76,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     outcome     text
 )"""
 INSERT = "INSERT INTO tasks VALUES ({}, {}, 'working', {}, {}, NULL)"
+STATUS = "SELECT status FROM tasks WHERE task_id = {}"
 READ = "SELECT status, created_at, updated_at, outcome FROM tasks WHERE task_id = {} AND owner = {}"
 # A task leaves `working` once: the first of its finish and a cancel wins.
 FINISH = "UPDATE tasks SET status = {}, updated_at = {}, outcome = {} WHERE task_id = {} AND status = 'working'"
@@ -228,7 +229,7 @@ class Tasks:
             # SEP-2663: the task was answered only once durably created; the work starts
             # only then too. If its creation rolled back (with the key's record), none runs.
             await take_turn(tx, job.task_id)
-            exists = await fetch(tx, "SELECT status FROM tasks WHERE task_id = {}", job.task_id)
+            exists = await fetch(tx, STATUS, job.task_id)
         if exists is None or exists[0] != "working":
             log.info("task %s: not run (%s)", job.task_id, "never created" if exists is None else exists[0])
             return
