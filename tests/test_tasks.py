@@ -98,6 +98,15 @@ def test_with_a_key_the_retry_on_another_instance_gets_the_same_task_handle_and_
     assert ledger_after(second, 1) == {"balance": 100, "charges": 1}
 
 
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+def test_a_task_is_durable_before_its_handle_is_answered_so_another_instance_finds_it_at_once(spawn, store_url, keyed):
+    first, second = instances(spawn, store_url)
+    task_id = task_call(first, 100, new_key() if keyed else ABSENT)["result"]["taskId"]
+    at_once = task_request(second, "tasks/get", task_id)  # SEP-2663: no speculative poll needed
+    assert at_once["result"]["status"] in ("working", "completed")
+    assert finished(second, task_id)["status"] == "completed"
+
+
 def test_the_layer_sees_the_call_before_tasks_so_retries_while_it_works_make_no_second_task(spawn, tmp_path):
     # The order, pinned: were Tasks outside the layer, every retry would get a task of its own.
     path = tmp_path / "store.db"
