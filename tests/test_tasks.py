@@ -13,10 +13,11 @@ the store itself.
 import contextlib
 import json
 import sqlite3
+import subprocess
 import time
 
 import pytest
-from wire import ABSENT, ENVELOPE, new_key, without_id
+from wire import ABSENT, ENVELOPE, SDK2_SERVER, new_key, sdk2_python, without_id
 
 pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
 
@@ -184,6 +185,14 @@ def test_only_the_charges_run_as_tasks_and_only_with_tasks_on(spawn):
     assert "taskId" not in with_tasks.call("get_balance", {}, _meta=DECLARED)["result"]
     assert task_call(without, 100)["result"]["resultType"] == "complete"
     assert task_request(without, "tasks/get", "any")["error"]["code"] == -32601
+
+
+def test_tasks_on_the_memory_store_are_refused_in_one_line_before_anything_is_served():
+    ran = subprocess.run(
+        [sdk2_python(), *SDK2_SERVER, "--tasks", "--store", "memory"], capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode != 0 and ran.stdout == ""
+    assert "--tasks keeps its tasks in a SQL store" in ran.stderr
 
 
 # ----------------------------------------------------------------------------
