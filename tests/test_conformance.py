@@ -22,7 +22,7 @@ ROW_IDS = (
     + [f"K{n}" for n in range(1, 5)]
     + [f"L{n}" for n in range(1, 8)]
     + ["A1"]
-    + [f"P{n}" for n in range(1, 24)]
+    + [f"P{n}" for n in range(1, 25)]
     + ["P26"]
     + ["P5'", "P6'", "P8'", "P9'", "P10'", "P10''", "P11'", "P12'"]
 )

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
 CLIENT_DEMO = "mcp_idempotency.demo.ledger_demo"
 CLUSTER_DEMO = "mcp_idempotency.demo.cluster_demo"
 AUTH_DEMO = "mcp_idempotency.demo.auth_demo"
+TASK_DEMO = "mcp_idempotency.demo.task_demo"
 
 # Stand-ins for the ledger server that break one SEP rule each, to show the demo's PASS is earned:
 # each a subclass of the public layer, passed to the server's main.
@@ -184,3 +185,24 @@ def test_auth_demo_fails_against_a_server_that_neither_scopes_records_nor_checks
     run = play(AUTH_DEMO, server=stand_in(tmp_path, UNSCOPED_AND_UNCHECKED))
     assert run.returncode == 1
     assert verdicts(run.stdout) == ["PASS", "FAIL", "FAIL"], run.stdout + run.stderr
+
+
+def test_task_demo_plays_a_lost_task_handle_without_and_with_a_key_on_sqlite_and_each_passes():
+    run = play(TASK_DEMO)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert verdicts(run.stdout) == ["PASS"] * 2
+    assert "one task, one charge" in run.stdout
+
+
+@pytest.mark.slow  # about 10 s
+def test_task_demo_plays_a_lost_task_handle_without_and_with_a_key_on_postgresql_and_each_passes(postgres_url):
+    run = play(TASK_DEMO, "--store", postgres_url)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert verdicts(run.stdout) == ["PASS"] * 2
+
+
+def test_task_demo_fails_against_a_server_that_does_not_deduplicate(tmp_path):
+    """The key ignored: the retry gets a task of its own, and the second scenario's verdict says so."""
+    run = play(TASK_DEMO, server=stand_in(tmp_path, NO_DEDUPLICATION))
+    assert run.returncode == 1
+    assert verdicts(run.stdout) == ["PASS", "FAIL"]

@@ -369,6 +369,9 @@ class HttpWire(Wire):
             params = message.get("params")
             if message["method"] == "tools/call" and isinstance(params, dict) and isinstance(params.get("name"), str):
                 headers["Mcp-Name"] = params["name"]
+            # SEP-2663: a task method is routed by the task it names.
+            if message["method"].startswith("tasks/") and isinstance(params, dict) and "taskId" in params:
+                headers["Mcp-Name"] = str(params["taskId"])
         return {**headers, **self.extra_headers}
 
     def post(self, body: bytes, headers: dict, key=None, path: str = "/mcp") -> tuple[int, dict, str]:

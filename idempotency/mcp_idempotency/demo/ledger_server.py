@@ -8,12 +8,15 @@ but that a charge joins the store's unit of work (P17).
 
     sep3182-ledger-server                          stdio, records in ./sep3182.db
     sep3182-ledger-server --transport http --port 8000 --store postgresql://...
+    sep3182-ledger-server --tasks                  the charges run as tasks (SEP-2663, P24): demo/tasks.py
 """
 
 import argparse
 import ipaddress
 import logging
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -24,7 +27,7 @@ from .. import rules
 from ..layer import Idempotency, one_tenant, token_principal
 from ..probe import sdk_hides_the_key
 from ..stores import Limits, OtherSchema, open_store
-from . import ledger, options
+from . import ledger, options, tasks
 
 log = logging.getLogger("idempotency")
 
@@ -40,6 +43,8 @@ TOOL_SCOPES = {
     "reset_ledger": "ledger:charge",
     "get_balance": "ledger:read",
 }
+# P24: with --tasks, the charges run as tasks for a request that declares the extension.
+TASK_TOOLS = ("charge_unguarded", "charge_guarded")
 
 
 def confirmation(amount: int) -> mcp_types.ElicitRequest:
@@ -61,13 +66,29 @@ def confirmation(amount: int) -> mcp_types.ElicitRequest:
 # ----------------------------------------------------------------------------
 
 
-def ledger_server(keys: Idempotency, charge_delay: float, **auth: Any) -> MCPServer:
-    """The four ledger tools on an MCPServer, with `keys` as its idempotency layer."""
+def with_tasks(keys: Idempotency) -> dict[str, Any]:
+    """P24: the MCPServer arguments that add the tasks extension around and inside the idempotency layer."""
+    extension = tasks.Tasks(keys, TASK_TOOLS, SERVER_INFO)
+
+    @asynccontextmanager
+    async def lifespan(server: Any) -> AsyncIterator[Idempotency]:
+        async with keys.lifespan(server) as opened, extension.running():
+            yield opened
+
+    # P24: the layer sits outside Tasks. It sees the call first, so a key's outcome is
+    # the CreateTaskResult, committed with the task it names, and a retry gets that
+    # handle back: one task. Inside-out, each retry would make a task of its own
+    # before any key was looked at. The gate sits outside both, as a replay needs it.
+    return {"lifespan": lifespan, "middleware": [extension.gate, keys, extension]}
+
+
+def ledger_server(keys: Idempotency, charge_delay: float, run_tasks: bool = False, **auth: Any) -> MCPServer:
+    """The four ledger tools on an MCPServer, with `keys` as its idempotency layer (and Tasks, P24)."""
+    layers = with_tasks(keys) if run_tasks else {"lifespan": keys.lifespan, "middleware": [keys]}
     mcp = MCPServer(
         **SERVER_INFO,
         log_level="WARNING",  # WARNING: stderr is for our decisions
-        lifespan=keys.lifespan,
-        middleware=[keys],
+        **layers,
         **auth,
     )
 
@@ -143,6 +164,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--store", default=STORE, metavar="URL", help=f"memory, sqlite:PATH or postgresql://... (P15; default: {STORE})"
     )
+    parser.add_argument(
+        "--tasks",
+        action="store_true",
+        help="run the charges as tasks for a request that declares io.modelcontextprotocol/tasks (SEP-2663, P24)",
+    )
     options.add_common_options(parser)
     oauth = parser.add_argument_group(
         "authorisation (HTTP only): an OAuth 2.1 resource server; see mcp_idempotency/auth.py"
@@ -167,6 +193,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.issuer is not None and args.transport == "stdio":
         parser.error("--issuer needs --transport http: on stdio the boundary is the process (P10'')")
+    if args.tasks and args.store == "memory":
+        parser.error("--tasks keeps its tasks in a SQL store: give --store sqlite:PATH or postgresql://...")
     args.resource = args.resource or f"http://{args.host}:{args.port}/mcp"
     return args
 
@@ -201,13 +229,15 @@ def tenancy(settings: argparse.Namespace) -> str:
     return "serving one tenant: no authorisation, every client shares one key space (P10')"
 
 
-async def store_problem(url: str, limits: Limits) -> str | None:
+async def store_problem(url: str, limits: Limits, run_tasks: bool) -> str | None:
     """Open the store once before serving, and make the ledger's table in it if it has none: a bad
     --store ends in one line, not a traceback. Every instance does this as it starts (ledger.create
     lets several do it at once), before any call can reach the ledger."""
     try:
         async with open_store(url, limits) as store, store.transaction() as tx:
             await ledger.create(tx)
+            if run_tasks:
+                await tasks.create_table(tx)
             return None
     except OtherSchema as error:  # its message says what to do: the one line as it is
         return str(error)
@@ -220,7 +250,7 @@ def serve_http(settings: argparse.Namespace, keys: Idempotency) -> None:
     import uvicorn
 
     if settings.issuer is None:
-        mcp = ledger_server(keys, settings.charge_delay)
+        mcp = ledger_server(keys, settings.charge_delay, settings.tasks)
         app = mcp.streamable_http_app(stateless_http=True, json_response=not settings.sse, host=settings.host)
     else:
         from starlette.middleware import Middleware
@@ -233,6 +263,7 @@ def serve_http(settings: argparse.Namespace, keys: Idempotency) -> None:
         mcp = ledger_server(
             keys,
             settings.charge_delay,
+            settings.tasks,
             token_verifier=verifier,
             auth=auth.auth_settings(settings.issuer, settings.resource),
         )
@@ -256,7 +287,7 @@ def main(layer: type[Idempotency] = Idempotency, argv: list[str] | None = None) 
         if refusal is not None:
             sys.exit(refusal)
     limits = options.limits_of(settings)
-    problem = anyio.run(store_problem, settings.store, limits)
+    problem = anyio.run(store_problem, settings.store, limits, settings.tasks)
     if problem is not None:
         sys.exit(f"cannot open the store {settings.store}: {problem}")
     where = "stdio" if settings.transport == "stdio" else f"http://{settings.host}:{settings.port}/mcp"
@@ -276,7 +307,7 @@ def main(layer: type[Idempotency] = Idempotency, argv: list[str] | None = None) 
         settings.store, server_info=SERVER_INFO, limits=limits, principal=principal, placement=settings.placement
     )
     if settings.transport == "stdio":
-        ledger_server(keys, settings.charge_delay).run()
+        ledger_server(keys, settings.charge_delay, settings.tasks).run()
     else:
         serve_http(settings, keys)
 
