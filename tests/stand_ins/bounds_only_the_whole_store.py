@@ -5,18 +5,18 @@ store, and every other principal's new keys are refused until her records expire
 """
 
 from dataclasses import replace
-from typing import Any
+
+from configured_otherwise import ConfiguredOtherwise
 
 from mcp_idempotency.demo import ledger_server
-from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.stores import Limits
 
 
-class BoundsOnlyTheWholeStore(Idempotency):
+class BoundsOnlyTheWholeStore(ConfiguredOtherwise):
     """The layer, configured with a share as large as the store's bound."""
 
-    def __init__(self, store: str, *, limits: Limits = Limits(), **settings: Any):
-        super().__init__(store, limits=replace(limits, max_records_per_principal=limits.max_records), **settings)
+    def configured(self, limits: Limits) -> Limits:
+        return replace(limits, max_records_per_principal=limits.max_records)
 
 
 ledger_server.main(BoundsOnlyTheWholeStore)

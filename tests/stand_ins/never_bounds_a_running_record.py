@@ -1,36 +1,21 @@
 """A stand-in for the 2.x ledger server that breaks one rule: its lease never ends, whatever --lease says
 (issue 25, decision 4), so a call that hangs, or a server that dies mid-call, holds its key in progress for ever."""
 
-import dataclasses
-from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import replace
+
+from configured_otherwise import ConfiguredOtherwise
 
 from mcp_idempotency.demo import ledger_server
-from mcp_idempotency.layer import Idempotency, Principal, one_tenant
 from mcp_idempotency.stores import Limits
 
 CENTURY = 100 * 365 * 24 * 60 * 60.0  # as good as no bound
 
 
-class NeverBoundsARunningRecord(Idempotency):
+class NeverBoundsARunningRecord(ConfiguredOtherwise):
     """The layer, its store opened with a lease of a century."""
 
-    def __init__(
-        self,
-        store: str,
-        *,
-        server_info: Mapping[str, str],
-        limits: Limits = Limits(),
-        principal: Callable[[], Principal] = one_tenant,
-        **rest: Any,
-    ):
-        super().__init__(
-            store,
-            server_info=server_info,
-            limits=dataclasses.replace(limits, lease=CENTURY),
-            principal=principal,
-            **rest,
-        )
+    def configured(self, limits: Limits) -> Limits:
+        return replace(limits, lease=CENTURY)
 
 
 ledger_server.main(NeverBoundsARunningRecord)
