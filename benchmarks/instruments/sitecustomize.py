@@ -97,10 +97,10 @@ def undo(choice: str) -> None:
         # worker thread on its writer: a loop connection that always says "locked" leaves it that path.
         claim_on = sqlite.SQLiteStore.claim_on
 
-        def claim_aside(self, db, key, fingerprint):
+        def claim_aside(self, db, key, fingerprint, principal):
             if db is self.on_loop:
                 raise sqlite3.OperationalError("database is locked (instruments: claim-in-thread)")
-            return claim_on(self, db, key, fingerprint)
+            return claim_on(self, db, key, fingerprint, principal)
 
         sqlite.SQLiteStore.claim_on = claim_aside
     elif choice == "synchronous-normal":
