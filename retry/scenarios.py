@@ -34,7 +34,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 from policy import TIMED_OUT, GaveUp, KeyedCall, KeyedCallParams, KeyRefused, Policy, call_tool, new_key
 
-from mcp_idempotency.demo.harness import LEDGER_SERVER, Link, ServerLog, linked, say, verdict
+from mcp_idempotency.demo.harness import LEDGER_SERVER, LOST_RESPONSE_TIMEOUT, Link, ServerLog, linked, say, verdict
 from mcp_idempotency.rules import EXTENSION_ID, META_KEY, Placement
 
 MAIL = [str(Path(__file__).resolve().with_name("mail_server.py"))]  # an outbox, and the alternatives
@@ -272,11 +272,13 @@ async def send_and_retry_once(client: Client, link: Link, request: mcp_types.Cal
     """Lose the answer, time out, send the very same request again (no policy: one retry, whatever comes)."""
     link.lose_next_response()
     try:
-        await client.session.send_request(request, mcp_types.CallToolResult, request_read_timeout_seconds=TIMEOUT)
+        await client.session.send_request(
+            request, mcp_types.CallToolResult, request_read_timeout_seconds=LOST_RESPONSE_TIMEOUT
+        )
     except MCPError as error:
         if error.code != TIMED_OUT:
             raise
-        say("client", f"no answer within {TIMEOUT}s; sends the same request again")
+        say("client", f"no answer within {LOST_RESPONSE_TIMEOUT}s; sends the same request again")
     return text(await client.session.send_request(request, mcp_types.CallToolResult))
 
 

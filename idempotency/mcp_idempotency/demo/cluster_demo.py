@@ -28,7 +28,6 @@ from mcp.shared.exceptions import MCPError
 
 from ..rules import CONFLICT, IN_PROGRESS
 from .harness import (
-    RESPONSE_TIMEOUT,
     GaveUp,
     Link,
     ServerLog,
@@ -133,9 +132,7 @@ async def paid(*instances: Instance) -> dict:
     return total
 
 
-async def charge(
-    instance: Instance, amount: int, key: str, lose_response: bool = False, timeout: float = RESPONSE_TIMEOUT
-):
+async def charge(instance: Instance, amount: int, key: str, lose_response: bool = False, timeout: float | None = None):
     """charge_guarded(amount) with `key`, sent by the load balancer to `instance`; the result, or the MCPError."""
     return await send_charge(instance.client, instance.link, amount, key, "lb", instance.name, lose_response, timeout)
 
@@ -216,8 +213,7 @@ async def killed_after_commit_replays(cluster: Cluster) -> bool:
     b = await cluster.start("B")
     await call_tool(a.client, "reset_ledger", {})
     key = new_key()
-    a.link.lose_next_response()
-    await charge(a, 100, key)
+    await charge(a, 100, key, lose_response=True)
     a.kill()
     say("lb", "A is killed: SIGKILL, so nothing of it survives but what it committed to the store")
     replayed = await charge(b, 100, key)

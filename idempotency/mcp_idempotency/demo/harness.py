@@ -35,6 +35,11 @@ LEDGER_SERVER = ["-m", "mcp_idempotency.demo.ledger_server"]
 LOG_POLL = 0.01  # seconds between looks at the server's log, so its lines show as they happen
 HELPERS = {"get_balance", "reset_ledger"}  # the demo's own calls: narrated in a line of their own
 RESPONSE_TIMEOUT = 0.5  # seconds; the server answers in milliseconds, so only a lost or slow response times out
+# Seconds the client waits for an answer the link is to lose. A client that gave up before the
+# server answered would cancel a call still running, and the scenario would show no lost answer
+# at all: CI once saw a first call take over RESPONSE_TIMEOUT. So this is long enough for a busy
+# machine to answer first; the answer never comes, so every lost one costs this much.
+LOST_RESPONSE_TIMEOUT = 2
 HELPER_TIMEOUT = 10  # seconds for the demo's own calls: no part of a scenario, so a busy machine must not fail one
 TIMED_OUT = types.REQUEST_TIMEOUT  # how the 2.x client reports that it stopped waiting (it also cancels, on stdio)
 HTTP_START_TIMEOUT = 20  # seconds a server may take to listen
@@ -299,13 +304,15 @@ async def send_charge(
     who: str,
     to: str,
     lose_response: bool = False,
-    timeout: float = RESPONSE_TIMEOUT,
+    timeout: float | None = None,
 ):
     """charge_guarded(amount) with `key`, narrated as `who` sending it to `to`; the result, or the MCPError
     it was refused with. `lose_response`: the link loses the answer, after the server sent it."""
     say(who, f"sends charge_guarded(amount={amount}), key {short(key)}, to {to}")
     if lose_response:
         link.lose_next_response()
+    if timeout is None:
+        timeout = LOST_RESPONSE_TIMEOUT if lose_response else RESPONSE_TIMEOUT
     try:
         result = await call_tool(client, "charge_guarded", {"amount": amount}, key, timeout)
     except MCPError as error:

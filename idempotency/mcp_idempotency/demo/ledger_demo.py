@@ -31,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 
 from ..rules import CONFLICT
 from .harness import (
+    LOST_RESPONSE_TIMEOUT,
     RESPONSE_TIMEOUT,
     TIMED_OUT,
     GaveUp,
@@ -143,13 +144,13 @@ async def charge_with_lost_response(demo: Demo, tool: str, amount: int, key: str
     demo.link.lose_next_response()
     say("client", f"calls {tool}(amount={amount})" + (f" with idempotencyKey {short(key)}" if key else ", no key"))
     try:
-        await call_tool(demo.client, tool, {"amount": amount}, key)
+        await call_tool(demo.client, tool, {"amount": amount}, key, LOST_RESPONSE_TIMEOUT)
     except MCPError as error:
         if error.code != TIMED_OUT:
             raise
         say(
             "client",
-            f"no response within {RESPONSE_TIMEOUT}s; {how_the_client_gave_up(demo)}, then retries the same call",
+            f"no response within {LOST_RESPONSE_TIMEOUT}s; {how_the_client_gave_up(demo)}, then retries the same call",
         )
     result = await call_tool(demo.client, tool, {"amount": amount}, key)
     say("client", f"← {text(result)}")

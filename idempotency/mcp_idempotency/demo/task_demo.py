@@ -33,6 +33,7 @@ from pydantic import TypeAdapter
 from ..keyed_call import KeyedCall, KeyedCallParams
 from .cluster_demo import hold_open
 from .harness import (
+    LOST_RESPONSE_TIMEOUT,
     RESPONSE_TIMEOUT,
     TIMED_OUT,
     Link,
@@ -111,17 +112,16 @@ async def stop_at_the_end(process: Any) -> None:
 async def send_charge(to: Instance, tool: str, amount: int, key: str | None, lose: bool = False) -> dict | None:
     """A declaring tools/call of a charge; its answer (a CreateTaskResult here), or None if none came."""
     say("client", f"sends {tool}(amount={amount})" + (f", key {short(key)}" if key else ", no key") + f", to {to.name}")
+    timeout = LOST_RESPONSE_TIMEOUT if lose else RESPONSE_TIMEOUT
     if lose:
         to.link.lose_next_response()
     request = KeyedCall(params=KeyedCallParams(name=tool, arguments={"amount": amount}, idempotency_key=key))
     try:
-        answer = await to.client.session.send_request(
-            request, ANY_RESULT, request_read_timeout_seconds=RESPONSE_TIMEOUT
-        )
+        answer = await to.client.session.send_request(request, ANY_RESULT, request_read_timeout_seconds=timeout)
     except MCPError as error:
         if error.code != TIMED_OUT:
             raise
-        say("client", f"no answer within {RESPONSE_TIMEOUT}s: it sends the call again, to the next instance")
+        say("client", f"no answer within {timeout}s: it sends the call again, to the next instance")
         return None
     say("client", f"← {to.name}: resultType {answer.get('resultType')}, task {answer.get('taskId')}")
     return answer
