@@ -6,7 +6,7 @@ against tests/official_conformance/fixture_server.py (the same layer and Tasks, 
 the tools the suite calls by name). docs/official-conformance.md holds the table that
 run gives; this test runs it again and fails if the table is not what the suite says
 now, so a change to tasks.py that breaks a scenario, or one that makes a failing one
-pass, shows here. Slow: some fifty seconds of the suite, and `npm ci` the first time.
+pass, shows here. Slow: about a minute of the suite, and `npm ci` the first time.
 """
 
 import official_conformance_table as official
