@@ -111,8 +111,49 @@ def python_rows(measured: dict) -> list[list[str]]:
     ]
 
 
+# How each TypeScript server SDK lets a server see the key and write the capability, by placement: the
+# callback's view, the seam below it, and the one line that advertises.
+TYPESCRIPT_SERVERS = {
+    "server_v1": {
+        "label": "{v1} (`McpServer`)",
+        "handler": "the tool callback's `extra._meta[KEY]`, and the raw message on the `Transport`",
+        "seam": "only on the `Transport` (a wrapper reads the raw message, as typescript/server.ts does); "
+        "`CallToolRequestSchema` drops it before any handler",
+        "advertise": "`server.server.registerCapabilities({{{capability}}})`",
+    },
+    "server_v2": {
+        "label": "{server_v2} (`McpServer`, 2026-07-28)",
+        "handler": "the tool callback's `ctx.mcpReq._meta[KEY]`, and the raw body at `createMcpHandler`'s `fetch`",
+        "seam": "only at `createMcpHandler`'s `fetch` (a wrapper reads the raw body first); the tool callback "
+        "gets validated arguments and `ctx.mcpReq`, which holds no params",
+        "advertise": "`new McpServer(info, {{capabilities: {{{capability}}}}})`",
+    },
+}
+
+
+def typescript_server_row(server: str, sdks: dict, placement: str, measured: dict) -> list[str]:
+    """One TypeScript server SDK in one placement: what reaches its handler, and the capability on the wire."""
+    how = TYPESCRIPT_SERVERS[server]
+    capability = "tools: {idempotency}" if placement == "params" else "extensions: {[id]: settings}"
+    advertise = how["advertise"].format(capability=capability)
+    return [
+        how["label"].format(**sdks),
+        PLACEMENTS[placement],
+        "(a server)",
+        said(measured["handler"], how["handler"], how["seam"] if measured["transport"] else "not even at its seam"),
+        said(
+            kept(measured["capability_on_the_wire"]),
+            f"on the wire by {advertise}, typed (1 line)"
+            if placement == "meta"
+            else f"on the wire by {advertise}, with a cast: the type allows only `listChanged`; "
+            "the schema keeps it at run time (1 line)",
+            "not on the wire",
+        ),
+    ]
+
+
 def typescript_rows(measured: dict) -> list[list[str]]:
-    """The TypeScript SDKs' rows: the v2 client, the 1.x client, the 1.x server, in each placement."""
+    """The TypeScript SDKs' rows: the v2 client, the 1.x client, the 1.x server, the v2 server, in each placement."""
     sdks, rows = measured["sdks"], measured["rows"]
     lines = []
     for placement, where in PLACEMENTS.items():
@@ -132,31 +173,7 @@ def typescript_rows(measured: dict) -> list[list[str]]:
                     ),
                 ]
             )
-        server = row["server_v1"]
-        lines.append(
-            [
-                f"{sdks['v1']} (`McpServer`)",
-                where,
-                "(a server)",
-                said(
-                    server["handler"],
-                    "the tool callback's `extra._meta[KEY]`, and the raw message on the `Transport`",
-                    "only on the `Transport` (a wrapper reads the raw message, as typescript/server.ts does); "
-                    "`CallToolRequestSchema` drops it before any handler"
-                    if server["transport"]
-                    else "not even on the transport",
-                ),
-                said(
-                    kept(server["capability_on_the_wire"]),
-                    "on the wire by `server.server.registerCapabilities({extensions: {[id]: settings}})`, "
-                    "typed (1 line)"
-                    if placement == "meta"
-                    else "on the wire by `registerCapabilities({tools: {idempotency}})`, with a cast: the type "
-                    "allows only `listChanged`; the schema keeps it at run time (1 line)",
-                    "not on the wire",
-                ),
-            ]
-        )
+        lines += [typescript_server_row(server, sdks, placement, row[server]) for server in TYPESCRIPT_SERVERS]
     return lines
 
 

@@ -221,8 +221,13 @@ def test_the_placement_table_is_what_the_sdks_do():
     assert python["rows"]["params"]["capability_typed"] is None  # and its typed capabilities drop tools.idempotency
     for placement in ("params", "meta"):
         assert typescript["rows"][placement]["client_v2"]["sent"], placement
-    assert not typescript["rows"]["params"]["server_v1"]["handler"]
-    assert typescript["rows"]["meta"]["server_v1"]["handler"]
+    for server in ("server_v1", "server_v2"):  # sdk 1.32.2's McpServer, and @modelcontextprotocol/server 2.4.0's
+        assert typescript["rows"]["params"][server]["transport"] and not typescript["rows"]["params"][server]["handler"]
+        assert typescript["rows"]["meta"][server]["handler"], server
+    # typescript/README.md, P25: the v2 server speaks 2026-07-28 and carries an input-required round trip.
+    for placement in ("params", "meta"):
+        assert typescript["rows"][placement]["server_v2"]["protocol"] == ["2026-07-28"]
+        assert typescript["rows"][placement]["server_v2"]["input_required"]
     # The doc holds exactly this run's table (python3 tests/placement_table.py --write brings it up to date).
     doc = placement_table.DOC.read_text(encoding="utf-8")
     assert placement_table.with_table(placement_table.table(python, typescript)) == doc

@@ -4,15 +4,19 @@
 //
 // One JSON object on stdout; tests/placement_table.py starts the servers and makes docs/placement.md's table.
 // Clients (@modelcontextprotocol/client 2.4.0, @modelcontextprotocol/sdk 1.32.2): one keyed callTool each,
-// the frame as the transport's fetch sent it, and the typed getServerCapabilities(). Server (sdk 1.32.2's
-// McpServer, the one tests/interop and typescript/ hold; no @modelcontextprotocol/server is in either lockfile):
-// over InMemoryTransport, what the transport, the tool callback and the client's capabilities get.
+// the frame as the transport's fetch sent it, and the typed getServerCapabilities(). Servers: sdk 1.32.2's
+// McpServer (the one typescript/ holds) over InMemoryTransport, on the 2025 handshake; and
+// @modelcontextprotocol/server 2.4.0's McpServer served on 2026-07-28 by createMcpHandler, its fetch handler
+// called in process by the v2 client. For each: what reaches the transport (or the fetch handler) and the
+// tool callback, and what capability the server writes on the wire. For the v2 server also whether a tool's
+// input-required return reaches the client and its continuation the tool (typescript/README.md, P25).
 
 import { Client as ClientV2, StreamableHTTPClientTransport as HttpV2 } from "@modelcontextprotocol/client";
 import { Client as ClientV1 } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport as HttpV1 } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { McpServer as McpServerV2, createMcpHandler, inputRequired } from "@modelcontextprotocol/server";
 import { readFileSync } from "node:fs";
 import { z } from "zod";
 
@@ -48,6 +52,12 @@ function keyedParams(placement) {
   return placement === "params" ? { ...params, idempotencyKey: KEY } : { ...params, _meta: { [META_KEY]: KEY } };
 }
 
+/** The capability as `placement` advertises it. Stock API: both SDKs' ServerCapabilities type extensions
+ * (SEP-2133), not tools.idempotency (hence the casts where it is passed). */
+function advertised(placement) {
+  return placement === "params" ? { tools: { idempotency: SETTINGS } } : { extensions: { [EXTENSION_ID]: SETTINGS } };
+}
+
 /** A client SDK against the ledger server in `placement`: was the key sent, and does its typed view keep the capability? */
 async function measureClient(makeClient, makeTransport, placement, url) {
   const sent = [];
@@ -72,9 +82,7 @@ async function measureServer(placement) {
     seen.handler = keyIn({ _meta: extra._meta, ...extra }, placement) === KEY;
     return { content: [{ type: "text", text: `charged ${amount}` }] };
   });
-  // Stock API: the SDK's ServerCapabilities types extensions (SEP-2133), not tools.idempotency (hence the cast).
-  const advertised = placement === "params" ? { tools: { idempotency: SETTINGS } } : { extensions: { [EXTENSION_ID]: SETTINGS } };
-  server.server.registerCapabilities(/** @type {any} */ (advertised));
+  server.server.registerCapabilities(/** @type {any} */ (advertised(placement)));
   const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
   await server.connect(serverSide);
   const received = serverSide.onmessage; // the SDK's own handler, installed by connect
@@ -99,6 +107,46 @@ async function measureServer(placement) {
   };
 }
 
+/** server 2.4.0's McpServer on 2026-07-28 in `placement`: what a wrapper of createMcpHandler's fetch and the
+ * tool callback get, the capability server/discover writes, and a state-only input-required round trip. */
+async function measureServerV2(placement) {
+  const seen = {};
+  const factory = () => {
+    const server = new McpServerV2({ name: "placement", version: "1.0.0" }, { capabilities: /** @type {any} */ (advertised(placement)) });
+    server.registerTool("charge_guarded", { inputSchema: z.object({ amount: z.number() }) }, async (args, ctx) => {
+      seen.handler = keyIn({ ...args, ...ctx.mcpReq }, placement) === KEY;
+      return { content: [{ type: "text", text: "charged" }] };
+    });
+    server.registerTool("charge_confirmed", { inputSchema: z.object({ amount: z.number() }) }, async (args, ctx) => {
+      const state = ctx.mcpReq.requestState();
+      if (state === undefined) return inputRequired({ requestState: "asked" }); // P25's state-only form
+      seen.continued = state === "asked";
+      return { content: [{ type: "text", text: "charged" }] };
+    });
+    return server;
+  };
+  const handler = createMcpHandler(factory);
+  const wire = []; // [request body, response body] as the fetch handler got and gave them
+  const fetchInProcess = async (input, init) => {
+    const response = await handler.fetch(new Request(input, init));
+    wire.push([JSON.parse(init.body), await response.clone().json().catch(() => null)]);
+    return response;
+  };
+  const client = new ClientV2({ name: "placement", version: "1.0.0" }, { versionNegotiation: { mode: { pin: "2026-07-28" } } });
+  await client.connect(new HttpV2(new URL("http://in-process/mcp"), { fetch: fetchInProcess }));
+  await client.callTool(keyedParams(placement));
+  await client.callTool({ name: "charge_confirmed", arguments: { amount: 100 } });
+  await client.close();
+  const answerTo = (method) => wire.filter(([request]) => request.method === method).map(([, response]) => response?.result);
+  return {
+    protocol: answerTo("server/discover")[0]?.supportedVersions ?? null,
+    transport: keyIn(wire.find(([request]) => request.method === "tools/call")?.[0].params, placement) === KEY,
+    handler: seen.handler === true,
+    capability_on_the_wire: capabilityIn(answerTo("server/discover")[0]?.capabilities, placement) ?? null,
+    input_required: answerTo("tools/call").some((result) => result?.resultType === "input_required") && seen.continued === true,
+  };
+}
+
 const v2 = [() => new ClientV2({ name: "placement", version: "1.0.0" }, { versionNegotiation: { mode: "auto" } }), (url, options) => new HttpV2(url, options)];
 const v1 = [() => new ClientV1({ name: "placement", version: "1.0.0" }), (url, options) => new HttpV1(url, options)];
 const urls = { params: paramsUrl, meta: metaUrl };
@@ -108,11 +156,16 @@ for (const placement of ["params", "meta"]) {
     client_v2: await measureClient(...v2, placement, urls[placement]),
     client_v1: await measureClient(...v1, placement, urls[placement]),
     server_v1: await measureServer(placement),
+    server_v2: await measureServerV2(placement),
   };
 }
 console.log(
   JSON.stringify({
-    sdks: { client_v2: `@modelcontextprotocol/client ${versionOf("@modelcontextprotocol/client")}`, v1: `@modelcontextprotocol/sdk ${versionOf("@modelcontextprotocol/sdk")}` },
+    sdks: {
+      client_v2: `@modelcontextprotocol/client ${versionOf("@modelcontextprotocol/client")}`,
+      server_v2: `@modelcontextprotocol/server ${versionOf("@modelcontextprotocol/server")}`,
+      v1: `@modelcontextprotocol/sdk ${versionOf("@modelcontextprotocol/sdk")}`,
+    },
     rows: result,
   }),
 );

@@ -15,7 +15,7 @@ import argparse
 import ipaddress
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -66,9 +66,10 @@ def confirmation(amount: int) -> mcp_types.ElicitRequest:
 # ----------------------------------------------------------------------------
 
 
-def with_tasks(keys: Idempotency) -> dict[str, Any]:
-    """P24: the MCPServer arguments that add the tasks extension around and inside the idempotency layer."""
-    extension = tasks.Tasks(keys, TASK_TOOLS, SERVER_INFO)
+def with_tasks(keys: Idempotency, task_tools: Collection[str] = TASK_TOOLS) -> dict[str, Any]:
+    """P24: the MCPServer arguments that add the tasks extension around and inside the idempotency layer;
+    `task_tools` run as tasks (the official suite's fixture server names its own: tests/official_conformance)."""
+    extension = tasks.Tasks(keys, task_tools, SERVER_INFO)
 
     @asynccontextmanager
     async def lifespan(server: Any) -> AsyncIterator[Idempotency]:
