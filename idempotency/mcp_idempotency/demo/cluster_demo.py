@@ -19,6 +19,7 @@ import tempfile
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -84,14 +85,14 @@ class Cluster:
         self.folder, self.store, self.server, self.connections = folder, store, server, connections
         self.instances: list[Instance] = []
 
-    async def start(self, name: str, *server_args: str, store: str | None = None) -> Instance:
-        """Start one instance with its decision log on, and connect a Client to it."""
+    async def start(self, name: str, *server_args: str, store: str | None = None, **client_options: Any) -> Instance:
+        """Start one instance with its decision log on, and connect a Client to it (made with `client_options`)."""
         log = self.folder / f"{name}-{len(self.instances)}.log"
         log.touch()
         process, url = start_http_server(self.server, ["--verbose", "--store", store or self.store, *server_args], log)
         await listening(process, url, log)
         link = Link(ServerLog(log, who=name))  # the ledger demo shows the frames; here, the instances' decisions
-        client = Client(linked(streamable_http_client(url), link), mode="auto")
+        client = Client(linked(streamable_http_client(url), link), mode="auto", **client_options)
         connection = await self.connections.start(hold_open, client)
         self.instances.append(Instance(name, store or self.store, process, client, link, connection))
         return self.instances[-1]
