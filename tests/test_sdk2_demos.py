@@ -141,22 +141,36 @@ CLUSTER_HEADINGS = [
     "5. A killed (SIGKILL) right after",
     "6. A killed (SIGKILL) in the middle",
     "7. Every instance stopped",
+    "8. Answers on SSE streams",
 ]
 
 
-@pytest.mark.slow  # about 20 s each
-def test_cluster_demo_plays_the_seven_scenarios_on_sqlite_and_each_passes():
+@pytest.mark.slow  # about 25 s each
+def test_cluster_demo_plays_the_eight_scenarios_on_sqlite_and_each_passes():
     run = play(CLUSTER_DEMO)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert verdicts(run.stdout) == ["PASS"] * 7
+    assert verdicts(run.stdout) == ["PASS"] * 8
     assert all(heading in run.stdout for heading in CLUSTER_HEADINGS)
+    # Scenario 8's stream is a real one, and the SDK's client really closes it: the progress came on it,
+    # and the unkeyed charge it carried was cancelled (P7's contrast), read from the ledger.
+    closed_stream = run.stdout.split("8. Answers on SSE streams")[1]
+    assert closed_stream.count("on the request's SSE response stream: progress 'charging'") == 2
+    assert "the client closes the response stream, mid-charge\n  ledger 0 charge(s)" in closed_stream
 
 
-@pytest.mark.slow  # about 20 s each
-def test_cluster_demo_plays_the_seven_scenarios_on_postgresql_and_each_passes(postgres_url):
+@pytest.mark.slow  # about 25 s each
+def test_cluster_demo_plays_the_eight_scenarios_on_postgresql_and_each_passes(postgres_url):
     run = play(CLUSTER_DEMO, "--store", postgres_url)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert verdicts(run.stdout) == ["PASS"] * 7
+    assert verdicts(run.stdout) == ["PASS"] * 8
+
+
+@pytest.mark.slow  # about 25 s
+def test_cluster_demo_fails_against_a_server_that_ignores_the_key():
+    """Every shared-store scenario, the closed stream among them, needs the key kept; scenario 1 does not."""
+    run = play(CLUSTER_DEMO, server=IGNORES_THE_KEY)
+    assert run.returncode == 1
+    assert verdicts(run.stdout) == ["PASS"] + ["FAIL"] * 7, run.stdout + run.stderr
 
 
 @pytest.mark.slow  # about 20 s each
