@@ -146,7 +146,7 @@ CLUSTER_HEADINGS = [
 
 
 @pytest.mark.slow  # about 25 s each
-def test_cluster_demo_plays_the_eight_scenarios_on_sqlite_and_each_passes():
+def test_cluster_demo_plays_every_scenario_on_sqlite_and_each_passes():
     run = play(CLUSTER_DEMO)
     assert run.returncode == 0, run.stdout + run.stderr
     assert verdicts(run.stdout) == ["PASS"] * 8
@@ -159,7 +159,7 @@ def test_cluster_demo_plays_the_eight_scenarios_on_sqlite_and_each_passes():
 
 
 @pytest.mark.slow  # about 25 s each
-def test_cluster_demo_plays_the_eight_scenarios_on_postgresql_and_each_passes(postgres_url):
+def test_cluster_demo_plays_every_scenario_on_postgresql_and_each_passes(postgres_url):
     run = play(CLUSTER_DEMO, "--store", postgres_url)
     assert run.returncode == 0, run.stdout + run.stderr
     assert verdicts(run.stdout) == ["PASS"] * 8
