@@ -1,6 +1,6 @@
-"""The mcp 2.x demos end to end: the ledger demo over stdio and HTTP, the cluster demo and
-the authorisation demo on SQLite and PostgreSQL; their scenarios pass, and their verdicts fail against
-servers that break the SEP."""
+"""The mcp 2.x demos end to end: the ledger demo over stdio and HTTP, the cluster demo, the
+authorisation demo, the task demo and the confirm demo on SQLite and PostgreSQL; their scenarios
+pass, and their verdicts fail against servers that break the SEP."""
 
 import json
 import subprocess
@@ -14,6 +14,8 @@ CLIENT_DEMO = "mcp_idempotency.demo.ledger_demo"
 CLUSTER_DEMO = "mcp_idempotency.demo.cluster_demo"
 AUTH_DEMO = "mcp_idempotency.demo.auth_demo"
 TASK_DEMO = "mcp_idempotency.demo.task_demo"
+CONFIRM_DEMO = "mcp_idempotency.demo.confirm_demo"
+IGNORES_THE_KEY = str(ROOT / "tests" / "stand_ins" / "ignores_the_key.py")  # advertises the capability, keeps nothing
 
 # Stand-ins for the ledger server that break one SEP rule each, to show the demo's PASS is earned:
 # each a subclass of the public layer, passed to the server's main.
@@ -139,22 +141,36 @@ CLUSTER_HEADINGS = [
     "5. A killed (SIGKILL) right after",
     "6. A killed (SIGKILL) in the middle",
     "7. Every instance stopped",
+    "8. Answers on SSE streams",
 ]
 
 
-@pytest.mark.slow  # about 20 s each
-def test_cluster_demo_plays_the_seven_scenarios_on_sqlite_and_each_passes():
+@pytest.mark.slow  # about 25 s each
+def test_cluster_demo_plays_every_scenario_on_sqlite_and_each_passes():
     run = play(CLUSTER_DEMO)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert verdicts(run.stdout) == ["PASS"] * 7
+    assert verdicts(run.stdout) == ["PASS"] * 8
     assert all(heading in run.stdout for heading in CLUSTER_HEADINGS)
+    # Scenario 8's stream is a real one, and the SDK's client really closes it: the progress came on it,
+    # and the unkeyed charge it carried was cancelled (P7's contrast), read from the ledger.
+    closed_stream = run.stdout.split("8. Answers on SSE streams")[1]
+    assert closed_stream.count("on the request's SSE response stream: progress 'charging'") == 2
+    assert "the client closes the response stream, mid-charge\n  ledger 0 charge(s)" in closed_stream
 
 
-@pytest.mark.slow  # about 20 s each
-def test_cluster_demo_plays_the_seven_scenarios_on_postgresql_and_each_passes(postgres_url):
+@pytest.mark.slow  # about 25 s each
+def test_cluster_demo_plays_every_scenario_on_postgresql_and_each_passes(postgres_url):
     run = play(CLUSTER_DEMO, "--store", postgres_url)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert verdicts(run.stdout) == ["PASS"] * 7
+    assert verdicts(run.stdout) == ["PASS"] * 8
+
+
+@pytest.mark.slow  # about 25 s
+def test_cluster_demo_fails_against_a_server_that_ignores_the_key():
+    """Every shared-store scenario, the closed stream among them, needs the key kept; scenario 1 does not."""
+    run = play(CLUSTER_DEMO, server=IGNORES_THE_KEY)
+    assert run.returncode == 1
+    assert verdicts(run.stdout) == ["PASS"] + ["FAIL"] * 7, run.stdout + run.stderr
 
 
 @pytest.mark.slow  # about 20 s each
@@ -206,3 +222,46 @@ def test_task_demo_fails_against_a_server_that_does_not_deduplicate(tmp_path):
     run = play(TASK_DEMO, server=stand_in(tmp_path, NO_DEDUPLICATION))
     assert run.returncode == 1
     assert verdicts(run.stdout) == ["PASS", "FAIL"]
+
+
+@pytest.fixture(scope="module")
+def confirm_demo_run() -> subprocess.CompletedProcess:
+    """One default run of the confirm demo, shared by the tests that read it."""
+    return play(CONFIRM_DEMO)
+
+
+def test_confirm_demo_loses_the_charging_legs_answer_without_and_with_a_key_and_each_scenario_passes(
+    confirm_demo_run,
+):
+    assert confirm_demo_run.returncode == 0, confirm_demo_run.stdout + confirm_demo_run.stderr
+    assert verdicts(confirm_demo_run.stdout) == ["PASS"] * 3
+    assert "without a key the lost answer cost a second charge, as it must" in confirm_demo_run.stdout
+    assert "with the key on every leg (P25), 2 of 2 charged once." in confirm_demo_run.stdout
+
+
+@pytest.mark.slow  # about 15 s
+def test_confirm_demo_plays_the_lost_charging_leg_on_postgresql_and_each_scenario_passes(postgres_url):
+    run = play(CONFIRM_DEMO, "--store", postgres_url)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert verdicts(run.stdout) == ["PASS"] * 3
+
+
+def test_confirm_demo_retries_the_very_continuation_whose_answer_was_lost_on_another_instance(confirm_demo_run):
+    """What the client sends again, as printed off the wire: the key, the arguments, the answer if one was
+    asked, and the state A sealed, verified on B, which answers with the replay."""
+    scenarios = confirm_demo_run.stdout.split("\n2. ")[1].split("\n3. ")
+    for scenario, answered in zip(scenarios, (True, False)):
+        key = scenario.split("mints idempotencyKey ")[1].split()[0]
+        sealed_by_a = scenario.split(", requestState ")[1].split("…")[0]
+        retried = json.loads(scenario.split("wire →")[1].splitlines()[0])["params"]
+        assert retried["idempotencyKey"] == key and retried["arguments"] == {"amount": 100}
+        assert retried["requestState"].startswith(sealed_by_a)
+        assert ("inputResponses" in retried) is answered
+        assert "✂ the response to request" in scenario and f"replayed: key={key[:8]}…" in scenario
+
+
+def test_confirm_demo_fails_against_a_server_that_ignores_the_key():
+    """The key ignored: the retried continuation charges again, and the keyed scenarios' verdicts say so."""
+    run = play(CONFIRM_DEMO, server=IGNORES_THE_KEY)
+    assert run.returncode == 1
+    assert verdicts(run.stdout) == ["PASS", "FAIL", "FAIL"], run.stdout + run.stderr

@@ -1,7 +1,8 @@
 """Several instances of the 2.x ledger server behind a load balancer: a retry that lands on another
-instance, or after a crash or a restart, still charges once, when the instances share a store.
+instance, or after a crash, a restart or a closed response stream, still charges once, when the
+instances share a store.
 
-    sep3182-cluster-demo                        the seven scenarios, on one SQLite file
+    sep3182-cluster-demo                        the eight scenarios, on one SQLite file
     sep3182-cluster-demo --store postgresql://USER@HOST:PORT/DB   the same on PostgreSQL
     sep3182-cluster-demo --server SCRIPT        against another server script (the tests' stand-ins)
 
@@ -19,15 +20,19 @@ import tempfile
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
+import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from ..keyed_call import KeyedCall, KeyedCallParams
 from ..rules import CONFLICT, IN_PROGRESS
 from .harness import (
+    TIMED_OUT,
     GaveUp,
     Link,
     ServerLog,
@@ -46,7 +51,8 @@ from .harness import (
     verdict,
 )
 
-SLOW_CHARGE = "1"  # seconds a charge takes in scenario 4: long enough to retry meanwhile
+SLOW_CHARGE = "1"  # seconds a charge takes in scenarios 4 and 8: long enough to retry, or close its stream, meanwhile
+STREAM_PATIENCE = 0.3  # seconds the client waits in scenario 8 before it closes the stream: the charge has begun
 SHORT_LEASE = "2"  # seconds in scenario 6: how long a dead instance's claim holds the key
 CRASH_CHARGE = "30"  # seconds a charge takes on the instance killed mid-charge in scenario 6: it never finishes
 BACK_OFF = 0.5  # seconds before the first retry of an in-progress key in scenario 6
@@ -84,14 +90,14 @@ class Cluster:
         self.folder, self.store, self.server, self.connections = folder, store, server, connections
         self.instances: list[Instance] = []
 
-    async def start(self, name: str, *server_args: str, store: str | None = None) -> Instance:
-        """Start one instance with its decision log on, and connect a Client to it."""
+    async def start(self, name: str, *server_args: str, store: str | None = None, **client_options: Any) -> Instance:
+        """Start one instance with its decision log on, and connect a Client to it (made with `client_options`)."""
         log = self.folder / f"{name}-{len(self.instances)}.log"
         log.touch()
         process, url = start_http_server(self.server, ["--verbose", "--store", store or self.store, *server_args], log)
         await listening(process, url, log)
         link = Link(ServerLog(log, who=name))  # the ledger demo shows the frames; here, the instances' decisions
-        client = Client(linked(streamable_http_client(url), link), mode="auto")
+        client = Client(linked(streamable_http_client(url), link), mode="auto", **client_options)
         connection = await self.connections.start(hold_open, client)
         self.instances.append(Instance(name, store or self.store, process, client, link, connection))
         return self.instances[-1]
@@ -266,6 +272,57 @@ async def restart_keeps_the_keys(cluster: Cluster, key: str) -> bool:
     )
 
 
+async def close_mid_charge(instance: Instance, tool: str, key: str | None) -> None:
+    """A charge on `instance` that answers on an SSE stream, which the client closes once the charge has begun."""
+    say("lb", f"sends {tool}(amount=100)" + (f", key {short(key)}" if key else ", no key") + f", to {instance.name}")
+
+    async def progress(_done: float, _total: float | None, message: str | None) -> None:
+        say("lb", f"← {instance.name}, on the request's SSE response stream: progress {message!r}")
+
+    request = KeyedCall(params=KeyedCallParams(name=tool, arguments={"amount": 100}, idempotency_key=key))
+    try:
+        await instance.client.session.send_request(
+            request, types.CallToolResult, request_read_timeout_seconds=STREAM_PATIENCE, progress_callback=progress
+        )
+    except MCPError as error:
+        if error.code != TIMED_OUT:
+            raise
+    # On 2026-07-28 the SDK's HTTP transport gives up on a request by aborting its POST: it closes the stream.
+    say("lb", f"no answer within {STREAM_PATIENCE}s: the client closes the response stream, mid-charge")
+    await anyio.sleep(float(SLOW_CHARGE))  # the charge's whole time: whatever A does with it is done
+
+
+async def closed_stream_runs_on_and_replays(cluster: Cluster) -> bool:
+    """8: on SSE, a closed response stream is cancellation: an unkeyed charge stops; a keyed one runs on and
+    is recorded (P7), and the retry, with a new id on a new connection to B, replays it."""
+    print(
+        f"8. Answers on SSE streams (--sse), each charge on A taking {SLOW_CHARGE}s: the client closes A's stream "
+        "mid-charge, then sends the call again to B"
+    )
+    a = await cluster.start("A", "--sse", "--charge-delay", SLOW_CHARGE)
+    b = await cluster.start("B", "--sse")
+    await call_tool(a.client, "reset_ledger", {})
+    say("lb", "first without a key, to show that the close reaches A as cancellation:")
+    await close_mid_charge(a, "charge_unguarded", None)
+    cancelled = await paid(b) == {"balance": 0, "charges": 0}
+    say("lb", "then with a key:")
+    key = new_key()
+    await close_mid_charge(a, "charge_guarded", key)
+    closed = a.link.last_request
+    ran_on = await paid(b) == {"balance": 100, "charges": 1}
+    retried = await charge(b, 100, key)  # the request again, as a new one: a new POST, on a new connection
+    say(
+        "lb",
+        f"the closed request was id {closed} of A's client; the retry, id {b.link.last_request} of B's (each of "
+        "the load balancer's clients numbers its own): the key matches them, never the id",
+    )
+    return verdict(
+        cancelled and ran_on and not isinstance(retried, MCPError) and await paid(b) == {"balance": 100, "charges": 1},
+        "the close stopped the unkeyed charge; the keyed one ran to completion and was recorded, and B replayed it: "
+        "one charge",
+    )
+
+
 # ----------------------------------------------------------------------------
 # Main
 # ----------------------------------------------------------------------------
@@ -287,6 +344,7 @@ async def play(store: str | None, server: list[str]) -> bool:
                 await killed_after_commit_replays(cluster),
                 await killed_mid_charge_runs_once_after_the_lease(cluster),
                 await restart_keeps_the_keys(cluster, key),
+                await closed_stream_runs_on_and_replays(cluster),
             ]
             cluster.stop()
     # Scenario 1 shows the failure a shared store exists for; only the others are requirements: counted apart.

@@ -1,4 +1,4 @@
-"""The demo's ledger server on mcp 2.x: four tools, with SEP-3182's layer added in one line.
+"""The demo's ledger server on mcp 2.x: the ledger's tools, with SEP-3182's layer added in one line.
 
 It serves the 2026-07-28 revision (server/discover, a self-contained request each
 time) and the 2025 handshake, over stdio or stateless Streamable HTTP, and keeps
@@ -9,6 +9,7 @@ but that a charge joins the store's unit of work (P17).
     sep3182-ledger-server                          stdio, records in ./sep3182.db
     sep3182-ledger-server --transport http --port 8000 --store postgresql://...
     sep3182-ledger-server --tasks                  the charges run as tasks (SEP-2663, P24): demo/tasks.py
+    sep3182-ledger-server --request-state-key-file FILE   every instance seals requestState alike
 """
 
 import argparse
@@ -17,11 +18,13 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.request_state import RequestStateSecurity
 
 from .. import rules
 from ..layer import Idempotency, one_tenant, token_principal
@@ -40,6 +43,7 @@ TOOL_SCOPES = {
     "charge_unguarded": "ledger:charge",
     "charge_guarded": "ledger:charge",
     "charge_confirmed": "ledger:charge",
+    "charge_deferred": "ledger:charge",
     "reset_ledger": "ledger:charge",
     "get_balance": "ledger:read",
 }
@@ -83,13 +87,20 @@ def with_tasks(keys: Idempotency, task_tools: Collection[str] = TASK_TOOLS) -> d
     return {"lifespan": lifespan, "middleware": [extension.gate, keys, extension]}
 
 
-def ledger_server(keys: Idempotency, charge_delay: float, run_tasks: bool = False, **auth: Any) -> MCPServer:
-    """The four ledger tools on an MCPServer, with `keys` as its idempotency layer (and Tasks, P24)."""
+def ledger_server(
+    keys: Idempotency, charge_delay: float, run_tasks: bool = False, state_key: bytes | None = None, **auth: Any
+) -> MCPServer:
+    """The ledger tools on an MCPServer, with `keys` as its idempotency layer (and Tasks, P24); `state_key`
+    seals requestState (else a key of this process's own)."""
     layers = with_tasks(keys) if run_tasks else {"lifespan": keys.lifespan, "middleware": [keys]}
     mcp = MCPServer(
         **SERVER_INFO,
         log_level="WARNING",  # WARNING: stderr is for our decisions
         **layers,
+        # The SDK seals each requestState it sends and verifies each one echoed to it, under a key of
+        # the process's own unless told otherwise: instances behind one load balancer share one, so a
+        # continuation verifies on whichever instance it lands on, as multi round-trip requests intend.
+        request_state_security=None if state_key is None else RequestStateSecurity(keys=[state_key]),
         **auth,
     )
 
@@ -125,6 +136,18 @@ def ledger_server(keys: Idempotency, charge_delay: float, run_tasks: bool = Fals
             return "Not charged: the user did not confirm."
         return await charge(amount, ctx)
 
+    # The other form of 2026-07-28's InputRequiredResult carries only a requestState: nothing to
+    # ask anyone, the request to be sent again with that state, as a server that sheds load or
+    # waits on something answers. It is a tool of its own, not a third leg of charge_confirmed:
+    # once the user has said yes, that tool has no reason to put the charge off. Here the first
+    # leg always defers, as a busy processor would, so the leg that charges is the continuation.
+    @mcp.tool()
+    async def charge_deferred(amount: rules.Amount, ctx: Context) -> str | mcp_types.InputRequiredResult:
+        """Charge `amount` on the call sent again: the first leg defers it with only a requestState (2026-07-28)."""
+        if ctx.request_state is None:  # P25: "send this again, with this state" is no outcome of the key's
+            return mcp_types.InputRequiredResult(request_state=f"deferred {amount}")
+        return await charge(amount, ctx)
+
     @mcp.tool()
     async def reset_ledger() -> str:
         """Test helper: zero the balance and the charge count; recorded keys are kept."""
@@ -144,6 +167,21 @@ def ledger_server(keys: Idempotency, charge_delay: float, run_tasks: bool = Fals
 # ----------------------------------------------------------------------------
 # The command line and the transports
 # ----------------------------------------------------------------------------
+
+STATE_KEY_BYTES = 32  # the least the SDK's sealing takes: 256 bits of secret
+
+
+def state_key(path: str) -> bytes:
+    """--request-state-key-file: the secret the file holds, at least STATE_KEY_BYTES long."""
+    try:
+        secret = Path(path).read_bytes().strip()
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {error.strerror}") from None
+    if len(secret) < STATE_KEY_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"{path} holds {len(secret)} bytes; the key needs at least {STATE_KEY_BYTES} bytes of secret randomness"
+        )
+    return secret
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -169,6 +207,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--tasks",
         action="store_true",
         help="run the charges as tasks for a request that declares io.modelcontextprotocol/tasks (SEP-2663, P24)",
+    )
+    parser.add_argument(
+        "--request-state-key-file",
+        dest="state_key",
+        type=state_key,
+        metavar="FILE",
+        help="a file holding the secret that seals requestState (2026-07-28), at least 32 bytes: give every "
+        "instance behind one load balancer the same, so a continuation verifies on any of them "
+        "(default: a key of this process's own)",
     )
     options.add_common_options(parser)
     oauth = parser.add_argument_group(
@@ -251,7 +298,7 @@ def serve_http(settings: argparse.Namespace, keys: Idempotency) -> None:
     import uvicorn
 
     if settings.issuer is None:
-        mcp = ledger_server(keys, settings.charge_delay, settings.tasks)
+        mcp = ledger_server(keys, settings.charge_delay, settings.tasks, settings.state_key)
         app = mcp.streamable_http_app(stateless_http=True, json_response=not settings.sse, host=settings.host)
     else:
         from starlette.middleware import Middleware
@@ -265,6 +312,7 @@ def serve_http(settings: argparse.Namespace, keys: Idempotency) -> None:
             keys,
             settings.charge_delay,
             settings.tasks,
+            settings.state_key,
             token_verifier=verifier,
             auth=auth.auth_settings(settings.issuer, settings.resource),
         )
@@ -308,7 +356,7 @@ def main(layer: type[Idempotency] = Idempotency, argv: list[str] | None = None) 
         settings.store, server_info=SERVER_INFO, limits=limits, principal=principal, placement=settings.placement
     )
     if settings.transport == "stdio":
-        ledger_server(keys, settings.charge_delay, settings.tasks).run()
+        ledger_server(keys, settings.charge_delay, settings.tasks, settings.state_key).run()
     else:
         serve_http(settings, keys)
 
