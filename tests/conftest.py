@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 
 import pytest
-from wire import REPLY_TIMEOUT, SERVER, TARGETS, start
+from wire import REPLY_TIMEOUT, SERVER, TARGETS, LegacyStdioWire, start
 
 
 def pytest_addoption(parser):
@@ -79,6 +79,24 @@ def spawn(target, tmp_path):
 
     def started(*server_args: str, **options):
         wires.append(start(target, *server_args, store_dir=tmp_path / str(len(wires)), **options))
+        return wires[-1]
+
+    yield started
+    for wire in wires:
+        wire.close()
+
+
+@pytest.fixture
+def spawn_typescript():
+    """Start the TypeScript server (typescript/server.ts, compiled) over stdio, after the 2025 handshake, with
+    command-line options: spawn_typescript("--max-records", "2")."""
+    from kit_targets import typescript_built, typescript_server  # loads the kit: only for the tests that ask
+
+    typescript_built()
+    wires = []
+
+    def started(*server_args: str):
+        wires.append(LegacyStdioWire("ts-stdio", [*typescript_server(), "--verbose", *server_args]))
         return wires[-1]
 
     yield started
