@@ -192,12 +192,13 @@ def store_url(request, tmp_path):
 
 
 @asynccontextmanager
-async def sdk_session(*server_args: str):
-    """The Python SDK's own client (mcp 1.x), connected to a server.py subprocess over stdio."""
+async def sdk_session(*server_args: str, command: list[str] | None = None):
+    """The Python SDK's own client (mcp 1.x), connected over stdio to a server.py subprocess, or to `command`."""
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    params = StdioServerParameters(command=sys.executable, args=[str(SERVER), *server_args])
+    command = command or [sys.executable, str(SERVER), *server_args]
+    params = StdioServerParameters(command=command[0], args=command[1:])
     with tempfile.TemporaryFile(mode="w+") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=REPLY_TIMEOUT)) as session:
