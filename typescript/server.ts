@@ -468,10 +468,7 @@ function serveHttp(): void {
   http.listen(settings.port, settings.host);
 }
 
-/**
- * P10': this server has no authorisation, so over HTTP every client is one tenant, sharing one key space;
- * a reason not to serve on an address other machines reach (null if there is none), as the 2.x server words it.
- */
+/** P10': with no authorisation, HTTP clients share one key space: a reason not to serve off loopback, or null. */
 function unauthenticatedRefusal(): string | null {
   if (settings.transport === "stdio" || settings.allowUnauthenticated) return null;
   const loopback = new BlockList();
