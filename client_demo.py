@@ -9,6 +9,8 @@ The demo spawns server.py with the interpreter that runs it, so a virtual enviro
 A lost response is really lost: a link between the SDK's client session and its stdio transport
 drops it after the server sent it. The demo keeps its own link and retry loop, though the mcp 2.x
 demos share theirs (mcp_idempotency/demo/harness.py): it is the reference, and must read alone.
+Of the capability's settings it honours maxKeyLength; its retries last seconds against a 24-hour
+retentionSeconds, so only retry/policy.py acts on the window.
 """
 
 import argparse
@@ -42,11 +44,13 @@ SLOW_TOOL_DELAY = "1.2"  # seconds each charge takes in scenario 5: longer than 
 SHORT_RETENTION = "1"  # seconds a key is kept in scenario 7, so the demo can outwait it
 FIRST_BACK_OFF = 0.2  # seconds before retrying an in-progress key; doubled each time
 ATTEMPTS = 6  # a retry loop is bounded: after this many tries the client reports failure
+TIMED_OUT = 408  # the code of the McpError the 1.x client raises when it stops waiting (it sends no cancel)
+KEY_LENGTH = len(str(uuid.uuid4()))  # 36: every key this client mints is a UUID (new_key)
 LOG_POLL = 0.01  # seconds between looks at the server's log, so its lines show as they happen
 HELPERS = {"get_balance", "reset_ledger"}  # the demo's own calls: narrated in a line of their own
 
-# P5: the error.data.type values a client branches on, as the wire carries them.
-CONFLICT, IN_PROGRESS, STORE_FULL = "idempotency_key_conflict", "idempotency_key_in_progress", "idempotency_store_full"
+# P5: why a call was rejected, error.data.type, as the wire carries it; whether to retry is data.retryable's (P5').
+CONFLICT, IN_PROGRESS = "idempotency_key_conflict", "idempotency_key_in_progress"
 
 
 def sdk_keeps_the_key() -> bool:
@@ -131,16 +135,12 @@ class Link:
 
     show_every_frame: bool
     server_log: ServerLog
-    lose_next: bool = False
+    lose_next: bool = False  # lose the response to the next tools/call, after the server has sent it
     losing: set = field(default_factory=set)  # ids of requests whose response is to be lost
     lost_result: dict | None = None  # the result of the last response lost, as the server sent it
     delivered_result: dict | None = None  # the result of the last response delivered
     last_request: int | None = None  # the id of the last request sent, for the narration to name
     abandoned: set = field(default_factory=set)  # ids of requests the client stopped waiting for
-
-    def lose_next_response(self) -> None:
-        """Lose the response to the next tools/call, after the server has sent it."""
-        self.lose_next = True
 
     async def outbound(self, from_session, to_server) -> None:
         """Session to server: mark the request whose response is to be lost; show the tools/call frames."""
@@ -194,16 +194,20 @@ class Demo:
     link: Link
 
 
-class NotAdvertised(Exception):
-    """The server does not advertise capabilities.tools.idempotency: a client must not rely on keys."""
+class KeysUnreliable(Exception):
+    """The server's capability says a client must not rely on keys: it is absent, or takes shorter keys than ours."""
 
 
-def relies_on_deduplication(initialized: types.InitializeResult) -> bool:
+def why_keys_unreliable(initialized: types.InitializeResult) -> str | None:
     """C3, P11': read tools.idempotency, with its settings, from the initialize result before relying on keys."""
     tools = initialized.capabilities.tools
     advertised = (tools.model_extra or {}).get("idempotency") if tools else None
     say("client", f"initialize → capabilities.tools.idempotency = {json.dumps(advertised)}")
-    return isinstance(advertised, dict)
+    if not isinstance(advertised, dict):
+        return "the server does not advertise idempotency"
+    if advertised.get("maxKeyLength", KEY_LENGTH) < KEY_LENGTH:  # P11': it would refuse every key we mint
+        return f"the server takes keys of at most {advertised['maxKeyLength']} characters, ours have {KEY_LENGTH}"
+    return None
 
 
 @asynccontextmanager
@@ -224,12 +228,12 @@ async def connect(show_every_frame: bool, *server_args: str):
                 pumps.start_soon(link.inbound, from_server, to_session)
                 pumps.start_soon(link.server_log.follow)
                 async with ClientSession(from_link, to_link) as session:
-                    advertised = relies_on_deduplication(await session.initialize())
-                    if advertised:
+                    refusal = why_keys_unreliable(await session.initialize())
+                    if refusal is None:
                         yield Demo(session, link)
                 pumps.cancel_scope.cancel()
-    if not advertised:
-        raise NotAdvertised
+    if refusal is not None:
+        raise KeysUnreliable(refusal)
 
 
 # ----------------------------------------------------------------------------
@@ -258,38 +262,35 @@ async def call_tool(session: ClientSession, name: str, arguments: dict, key: str
                                       request_read_timeout_seconds=timedelta(seconds=timeout))
 
 
-def timed_out(error: McpError) -> bool:
-    """Did the 1.x client give up waiting? It reports that as an McpError with code 408, and sends no cancel."""
-    return error.error.code == 408
-
-
 def rejection_type(error: McpError) -> str | None:
-    """P5: what a client branches on, error.data.type; never the message, never the code alone."""
-    return (error.error.data or {}).get("type") if isinstance(error.error.data, dict) else None
+    """P5: why the server rejected the call, error.data.type; never the message, never the code alone."""
+    return error.error.data.get("type") if isinstance(error.error.data, dict) else None
 
 
-class GaveUp(Exception):
-    """A bounded retry loop ran out of attempts."""
+def retryable(error: McpError) -> bool:
+    """P5': may the same request, sent later, succeed? The server's error.data.retryable says; nothing else."""
+    return isinstance(error.error.data, dict) and error.error.data.get("retryable") is True
 
 
 async def call_until_answered(demo: Demo, name: str, arguments: dict, key: str) -> types.CallToolResult:
-    """Retry a keyed call as a client should: on a timeout, on in-progress and on store-full, backing off;
-    on a conflict or an invalid key, never: those are final (P5)."""
+    """Retry a keyed call as a client should: on a timeout, and on a rejection the server marks retryable
+    (in progress, store full), backing off; any other rejection (a conflict, an invalid key) is final (P5')."""
     back_off = FIRST_BACK_OFF
     for attempt in range(1, ATTEMPTS + 1):
         try:
             return await call_tool(demo.session, name, arguments, key)
         except McpError as error:
-            if timed_out(error):
+            if error.error.code == TIMED_OUT:
                 say("client", f"attempt {attempt}: no response within {RESPONSE_TIMEOUT}s; retrying with the same key")
                 demo.link.abandoned.add(demo.link.last_request)
                 continue
-            if rejection_type(error) not in (IN_PROGRESS, STORE_FULL):
-                raise  # CONFLICT, INVALID_KEY: retrying the same request cannot succeed
-            say("client", f"attempt {attempt}: ← {rejection_type(error)}; backing off {back_off:.1f}s")
+            if not retryable(error):
+                say("client", f"attempt {attempt}: ← {rejection_type(error)}, not retryable: final")
+                raise
+            say("client", f"attempt {attempt}: ← {rejection_type(error)}, retryable; backing off {back_off:.1f}s")
             await anyio.sleep(back_off)
             back_off *= 2
-    raise GaveUp(f"no answer after {ATTEMPTS} attempts")
+    raise TimeoutError(f"no answer after {ATTEMPTS} attempts")  # the loop is bounded
 
 
 def text(result: types.CallToolResult) -> str:
@@ -313,12 +314,12 @@ async def reset(demo: Demo) -> None:
 
 async def charge_with_lost_response(demo: Demo, tool: str, amount: int, key: str | None) -> types.CallToolResult:
     """Charge once, lose the response, time out, and retry the very same call."""
-    demo.link.lose_next_response()
+    demo.link.lose_next = True
     say("client", f"calls {tool}(amount={amount})" + (f" with idempotencyKey {short(key)}" if key else ", no key"))
     try:
         await call_tool(demo.session, tool, {"amount": amount}, key)
     except McpError as error:
-        if not timed_out(error):
+        if error.error.code != TIMED_OUT:
             raise
         say("client", f"no response within {RESPONSE_TIMEOUT}s; the 1.x client stops waiting (it sends no cancel) "
                       "and retries the same call")
@@ -419,8 +420,8 @@ async def slow_tool_retried_until_replayed(show_every_frame: bool) -> bool:
         say("client", f"calls charge_guarded(amount=100) with idempotencyKey {short(key)}, retrying until answered")
         try:
             say("client", f"← {text(await call_until_answered(demo, 'charge_guarded', {'amount': 100}, key))}")
-        except GaveUp as gave_up:
-            say("client", str(gave_up))
+        except (TimeoutError, McpError) as stopped:
+            return verdict(False, f"the client stopped without an answer: {stopped}")
         truth = await ledger(demo)
     return verdict(truth == {"balance": 100, "charges": 1},
                    "timed out, told in progress, backed off, got the replay: one charge")
@@ -473,8 +474,8 @@ async def play(show_all: bool, show_every_frame: bool) -> bool:
                              await slow_tool_retried_until_replayed(show_every_frame),
                              await guarded_tool_without_key_unchanged(demo),
                              await expired_key_runs_anew(show_every_frame)]
-    except NotAdvertised:
-        say("client", "the server does not advertise idempotency: refusing to rely on keys")
+    except KeysUnreliable as refusal:
+        say("client", f"{refusal}: refusing to rely on keys")
         return False
     print(f"{1 + len(required)} scenarios: without a key the retry "
           f"{'charged twice, as it must' if failure_shown else 'did NOT charge twice'}; with SEP-3182, "

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 
 import pytest
-from wire import REPLY_TIMEOUT, SERVER, TARGETS, start
+from wire import REPLY_TIMEOUT, SERVER, TARGETS, LegacyStdioWire, start
 
 
 def pytest_addoption(parser):
@@ -79,6 +79,24 @@ def spawn(target, tmp_path):
 
     def started(*server_args: str, **options):
         wires.append(start(target, *server_args, store_dir=tmp_path / str(len(wires)), **options))
+        return wires[-1]
+
+    yield started
+    for wire in wires:
+        wire.close()
+
+
+@pytest.fixture
+def spawn_typescript():
+    """Start the TypeScript server (typescript/server.ts, compiled) over stdio, after the 2025 handshake, with
+    command-line options: spawn_typescript("--max-records", "2")."""
+    from kit_targets import typescript_built, typescript_server  # loads the kit: only for the tests that ask
+
+    typescript_built()
+    wires = []
+
+    def started(*server_args: str):
+        wires.append(LegacyStdioWire("ts-stdio", [*typescript_server(), "--verbose", *server_args]))
         return wires[-1]
 
     yield started
@@ -174,12 +192,13 @@ def store_url(request, tmp_path):
 
 
 @asynccontextmanager
-async def sdk_session(*server_args: str):
-    """The Python SDK's own client (mcp 1.x), connected to a server.py subprocess over stdio."""
+async def sdk_session(*server_args: str, command: list[str] | None = None):
+    """The Python SDK's own client (mcp 1.x), connected over stdio to a server.py subprocess, or to `command`."""
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    params = StdioServerParameters(command=sys.executable, args=[str(SERVER), *server_args])
+    command = command or [sys.executable, str(SERVER), *server_args]
+    params = StdioServerParameters(command=command[0], args=command[1:])
     with tempfile.TemporaryFile(mode="w+") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=REPLY_TIMEOUT)) as session:

@@ -17,8 +17,8 @@ credentials for Alice and Bob; the forged ones are made the way an attacker make
   the scopes the server uses, as the challenge does; nothing runs, nothing is recorded, no
   key is claimed, and the server keeps serving.
 - The issuer's keys are fetched once, and again only for a kid the server does not know.
-- Without authorisation: the server says it serves one tenant, and will not listen on a
-  non-loopback address unless told to on purpose; records of the previous version, keyed
+- Without authorisation: the 2.x and TypeScript servers say they serve one tenant, and will not listen
+  on a non-loopback address unless told to on purpose; records of the previous version, keyed
   by the bare key, replay to nobody, on SQLite and PostgreSQL.
 """
 
@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import fresh_store
+from kit_targets import typescript_built, typescript_server
 from oauth import (
     CHARGE,
     READ,
@@ -420,19 +421,27 @@ def test_server_without_authorisation_says_at_start_that_it_serves_one_tenant(wi
     assert "serving one tenant" in wire.log()
 
 
-def test_non_loopback_address_without_authorisation_is_refused_unless_asked_for_on_purpose():
-    command = [
-        sdk2_python(),
-        *SDK2_SERVER,
-        "--transport",
-        "http",
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(free_port()),
-        "--store",
-        "memory",
-    ]
+def test_typescript_server_says_at_start_that_it_serves_one_tenant(spawn_typescript):
+    """It has no authorisation at all: on stdio its one client, over HTTP (below) every client."""
+    assert "serving one tenant: this process's one client" in spawn_typescript().log()
+
+
+def compiled_typescript_server() -> list[str]:
+    """The TypeScript server's command, once typescript/server.ts is compiled."""
+    typescript_built()
+    return typescript_server()
+
+
+# Each server without authorisation: the 2.x ledger server, and the TypeScript server, which has none to give.
+UNAUTHENTICATED = {
+    "2.x": lambda: [sdk2_python(), *SDK2_SERVER, "--store", "memory"],
+    "TypeScript": compiled_typescript_server,
+}
+
+
+@pytest.mark.parametrize("server", UNAUTHENTICATED)
+def test_non_loopback_address_without_authorisation_is_refused_unless_asked_for_on_purpose(server):
+    command = [*UNAUTHENTICATED[server](), "--transport", "http", "--host", "0.0.0.0", "--port", str(free_port())]
 
     refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
 

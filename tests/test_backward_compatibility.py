@@ -1,7 +1,7 @@
 """Issue 25 item 5: a keyed call sent to servers WITHOUT the feature (plain mcp 2.x MCPServer, plain mcp 1.x
 FastMCP) and to a STRICT one (unknown params members refused), through each client here: the 2.x SDK with
-KeyedCall, retry/policy.py, the kit's raw JSON-RPC, and the TypeScript SDK's (1.x) client.
-docs/backward-compatibility.md tabulates it.
+KeyedCall, retry/policy.py, the kit's raw JSON-RPC, the mcp 1.x SDK's ClientSession (as client_demo.py sends
+a key) and the TypeScript SDK's (1.x) client. docs/backward-compatibility.md tabulates it.
 
 What is pinned: a server without the feature drops the key silently and runs the call every time (so a
 retry charges twice), a strict one refuses it with -32602 and runs nothing; none declares the capability,
@@ -13,8 +13,12 @@ import subprocess
 import sys
 
 import pytest
+from conftest import sdk_session
 from kit_targets import kit
-from wire import ROOT, sdk2_python
+from mcp.shared.exceptions import McpError
+from wire import REPLY_TIMEOUT, ROOT, sdk2_python
+
+import client_demo
 
 SERVERS = {
     "plain-2x": lambda: [sdk2_python(), str(ROOT / "tests/compat_servers/plain_2x.py")],
@@ -88,6 +92,42 @@ def test_a_strict_server_refuses_the_keyed_call_sent_as_raw_json_rpc():
     assert report["capability"] is None and report["charges"] == 0
     assert [answer.get("error", {}).get("code") for answer in report["answers"]] == [-32602, -32602], report
     assert all("idempotencyKey" in answer["error"]["message"] for answer in report["answers"])
+
+
+async def sdk1_client(server: str) -> dict:
+    """The mcp 1.x SDK's ClientSession, the key put beside `arguments` as client_demo.py puts it: the capability
+    it finds in initialize, and one charge sent twice under one key."""
+    async with sdk_session(command=SERVERS[server]()) as session:
+        tools = session.initialize_result.capabilities.tools
+        key, answers = client_demo.new_key(), []
+        for _ in range(2):
+            try:
+                charged = await client_demo.call_tool(session, "charge_guarded", {"amount": 100}, key, REPLY_TIMEOUT)
+                answers.append({"result": client_demo.text(charged)})
+            except McpError as error:
+                answers.append({"code": error.error.code, "message": error.error.message})
+        count = await client_demo.call_tool(session, "get_balance", {}, timeout=REPLY_TIMEOUT)
+    return {
+        "capability": (tools.model_extra or {}).get("idempotency") if tools else None,
+        "answers": answers,
+        "charges": json.loads(client_demo.text(count))["charges"],
+    }
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("server", WITHOUT_THE_FEATURE)
+async def test_a_server_without_the_feature_drops_the_key_sent_by_the_sdk1_client_session(server):
+    report = await sdk1_client(server)
+    assert report["capability"] is None  # C3: client_demo.py would refuse to rely on keys here
+    assert report["charges"] == 2 and all("result" in answer for answer in report["answers"]), report
+
+
+@pytest.mark.anyio
+async def test_a_strict_server_refuses_the_keyed_call_sent_by_the_sdk1_client_session():
+    report = await sdk1_client("strict")
+    assert report["capability"] is None and report["charges"] == 0
+    assert [answer.get("code") for answer in report["answers"]] == [-32602, -32602], report
+    assert all("idempotencyKey" in answer["message"] for answer in report["answers"])  # the key was on the wire
 
 
 INTEROP = ROOT / "tests" / "interop"

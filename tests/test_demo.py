@@ -41,6 +41,14 @@ NO_CAPABILITY = """
 server.initialization_options = server.server.create_initialization_options  # tools.idempotency left out
 server.main()
 """
+SHORT_KEYS = """
+server.MAX_KEY_LENGTH = 20  # keys of at most 20 characters, and the capability says so (P11')
+server.main()
+"""
+NOTHING_RETRYABLE = """
+server.RETRYABLE.clear()  # every rejection says retryable: false, in progress and store full too (P5' broken)
+server.main()
+"""
 
 
 def play(*options: str, server: str | None = None) -> subprocess.CompletedProcess:
@@ -128,6 +136,17 @@ def test_slow_tool_is_retried_with_back_off_until_its_replay():
     assert any("no response within" in line for line in lines) and any("backing off" in line for line in lines)
 
 
+def test_a_rejection_the_server_does_not_mark_retryable_is_final_whatever_its_type(tmp_path):
+    """Scenario 5 against a server whose in-progress rejection says retryable: false: the loop stops at once,
+    and reports no answer. A loop that branched on data.type would back off and get the replay."""
+    run = play("--all", server=stand_in(tmp_path, NOTHING_RETRYABLE))
+    lines = scenario(run.stdout, 5)
+    assert any(line.endswith("← idempotency_key_in_progress, not retryable: final") for line in lines), lines
+    assert not any("backing off" in line for line in lines), lines
+    assert verdicts(run.stdout) == ["PASS", "PASS", "PASS", "PASS", "FAIL", "PASS", "PASS"], run.stdout + run.stderr
+    assert run.returncode == 1
+
+
 def test_keyed_frame_is_printed_with_the_key_beside_arguments():
     frames = [json.loads(line.split("wire →", 1)[1]) for line in play().stdout.splitlines() if "wire →" in line]
     keyed = [frame["params"] for frame in frames if "idempotencyKey" in frame["params"]]
@@ -164,6 +183,16 @@ def test_demo_refuses_to_rely_on_keys_when_the_capability_is_absent(tmp_path):
     assert run.returncode == 1
     assert "capabilities.tools.idempotency = null" in run.stdout
     assert "refusing to rely on keys" in run.stdout
+    assert verdicts(run.stdout) == []
+
+
+def test_demo_refuses_to_rely_on_keys_when_the_server_takes_shorter_keys_than_its_uuids(tmp_path):
+    """P11': maxKeyLength 20, while every key the demo mints has 36 characters: one line says so, nothing is sent."""
+    run = play(server=stand_in(tmp_path, SHORT_KEYS))
+    assert run.returncode == 1
+    assert '"maxKeyLength": 20' in run.stdout
+    refusal = [line.strip() for line in run.stdout.splitlines() if "refusing to rely on keys" in line]
+    assert refusal == ["client the server takes keys of at most 20 characters, ours have 36: refusing to rely on keys"]
     assert verdicts(run.stdout) == []
 
 

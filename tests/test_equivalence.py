@@ -21,8 +21,7 @@ import json
 import uuid
 
 import pytest
-from kit_targets import TYPESCRIPT, typescript_built
-from wire import CONFLICT, LegacyStdioWire, Wire, text_of
+from wire import CONFLICT, Wire, text_of
 
 
 def charge(arguments: str) -> str:
@@ -148,12 +147,9 @@ def test_a_whole_float_amount_beyond_2_53_is_refused_not_charged_rounded(wire):
 
 
 @pytest.fixture
-def ts_wire():
+def ts_wire(spawn_typescript):
     """The TypeScript server (typescript/server.ts, compiled) over stdio, after the 2025 handshake."""
-    typescript_built()
-    wire = LegacyStdioWire("ts-stdio", ["node", str(TYPESCRIPT / "dist" / "server.js"), "--verbose"])
-    yield wire
-    wire.close()
+    return spawn_typescript()
 
 
 UNSAFE_INTEGER = "arguments hold an integer beyond 2^53, which this server cannot compare exactly"

@@ -1,17 +1,25 @@
 """The JSON Schema of the SEP document's new and changed definitions (docs/schema/sep-3182.schema.json)
 holds every real wire message here: the keyed requests our clients and the kit send, each server's
-capability, and each server's every idempotency rejection, as the server wrote them."""
+capability, and each server's every idempotency rejection, as the server wrote them.
+
+The servers: 1.x, 2.x (stdio and HTTP) and the TypeScript server. The clients' requests are recorded on
+their way to a real server (tests/recording_stdio.py), never written out by hand: client_demo.py's
+(mcp 1.x), retry/policy.py's and the 2.x KeyedCall's (through tests/compat_client.py), and the kit's."""
 
 import json
+import os
+import sqlite3
 import subprocess
 from types import SimpleNamespace
 
 import pytest
 from jsonschema import Draft202012Validator
 from kit_targets import kit
-from wire import ROOT, sdk2_python
+from test_demo import play
+from wire import ROOT, SDK2_SERVER, Wire, sdk2_python
 
 SCHEMA = json.loads((ROOT / "docs" / "schema" / "sep-3182.schema.json").read_text(encoding="utf-8"))
+RECORDER = ROOT / "tests" / "recording_stdio.py"
 
 
 def problems(definition: str, value) -> list[str]:
@@ -24,22 +32,68 @@ def test_every_servers_capability_conforms(wire):
     assert problems("ServerCapabilitiesTools", wire.capabilities["tools"]) == []
 
 
-def test_every_servers_every_rejection_conforms(spawn):
-    server = spawn("--charge-delay", "1", "--max-records", "2")
+def test_the_typescript_servers_capability_conforms(spawn_typescript):
+    tools = spawn_typescript().capabilities["tools"]  # from its initialize result
+    assert "idempotency" in tools
+    assert problems("ServerCapabilitiesTools", tools) == []
+
+
+# The server options each_rejection needs: a charge slow enough to send a repeat meanwhile, room for two records.
+PROVOKING = ("--charge-delay", "1", "--max-records", "2")
+
+
+def each_rejection(server: Wire) -> dict[str, dict]:
+    """The four rejections every server makes, each provoked for real, by the type the server gave it."""
     running = server.send_call("charge_guarded", {"amount": 100}, key="first")
     server.wait_for_log("claimed: key='first'")
-    rejections = {
-        "invalid_idempotency_key": server.charge(100, key=42),
-        "idempotency_key_in_progress": server.charge(100, key="first"),
-        "idempotency_key_conflict": server.charge(5, key="first"),
-    }
+    rejections = [
+        server.charge(100, key=42),  # invalid
+        server.charge(100, key="first"),  # in progress
+        server.charge(5, key="first"),  # conflict
+    ]
     server.reply(running)
     server.charge(100, key="second")  # the store's two records: first and second
-    rejections["idempotency_store_full"] = server.charge(100, key="third")
+    rejections.append(server.charge(100, key="third"))  # store full
+    return {response["error"]["data"]["type"]: response for response in rejections}
 
-    for kind, response in rejections.items():
-        assert response["error"]["data"]["type"] == kind
+
+REJECTED_BY_EVERY_SERVER = {
+    "invalid_idempotency_key",
+    "idempotency_key_in_progress",
+    "idempotency_key_conflict",
+    "idempotency_store_full",
+}
+
+
+def test_every_servers_every_rejection_conforms(spawn):
+    rejections = each_rejection(spawn(*PROVOKING))
+    assert set(rejections) == REJECTED_BY_EVERY_SERVER
+    for response in rejections.values():
         assert problems("IdempotencyErrorResponse", response) == [], response
+
+
+def test_the_typescript_servers_every_rejection_conforms(spawn_typescript):
+    rejections = each_rejection(spawn_typescript(*PROVOKING))
+    assert set(rejections) == REJECTED_BY_EVERY_SERVER
+    for response in rejections.values():
+        assert problems("IdempotencyErrorResponse", response) == [], response
+
+
+@pytest.mark.targets("2x-stdio", "2x-http")
+def test_the_2x_store_unavailable_rejection_conforms(spawn, tmp_path):
+    """P23: another process holds the SQLite file's write lock past the store's wait (a third of the lease)."""
+    path = tmp_path / "held.db"
+    server = spawn("--store", f"sqlite:{path}", "--lease", "3")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # a migration, a backup: the file is someone else's for now
+    try:
+        refused = server.charge(100, key="order-1")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+    assert refused["error"]["data"]["type"] == "idempotency_store_unavailable", refused
+    assert problems("IdempotencyErrorResponse", refused) == [], refused
 
 
 class Recording(kit.Connection):
@@ -53,23 +107,67 @@ class Recording(kit.Connection):
         self.sent.append(json.loads(text))
 
 
-KEYED_CALL = """
-from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
-call = KeyedCall(params=KeyedCallParams(name="charge_guarded", arguments={"amount": 100}, idempotency_key="k-1"))
-print(call.model_dump_json(by_alias=True, exclude_none=True))
-"""
+def keyed_calls(record) -> list[dict]:
+    """The keyed tools/call requests among the lines a recorder kept."""
+    sent = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
+    return [
+        message for message in sent if message.get("method") == "tools/call" and "idempotencyKey" in message["params"]
+    ]
 
 
-def test_the_keyed_requests_our_clients_and_the_kit_send_conform():
+def test_the_keyed_requests_the_kit_sends_conform():
     recording = Recording()
     kit.Server.send_call(SimpleNamespace(connection=recording), "charge_guarded", {"amount": 100}, "k-1")
-    sdk_client = subprocess.run([sdk2_python(), "-c", KEYED_CALL], capture_output=True, text=True, check=True)
 
     [sent_by_the_kit] = recording.sent
     assert problems("CallToolRequest", sent_by_the_kit) == [], sent_by_the_kit
-    params = json.loads(sdk_client.stdout)["params"]
-    assert params["idempotencyKey"] == "k-1"
-    assert problems("CallToolRequestParams", params) == [], params
+
+
+# client_demo.py starts `python SERVER --verbose ...`; this SERVER is server.py behind the recorder.
+SERVER_BEHIND_THE_RECORDER = """
+import sys
+sys.path.insert(0, {tests!r})
+from recording_stdio import relay
+sys.exit(relay({record!r}, [sys.executable, {server!r}, *sys.argv[1:]]))
+"""
+
+
+def test_the_keyed_requests_client_demo_sends_conform(tmp_path):
+    """mcp 1.x: scenario 2 sends a keyed charge and its retry, scenario 3 the conflict and the original again."""
+    record, stand_in = tmp_path / "sent.jsonl", tmp_path / "recorded_server.py"
+    stand_in.write_text(
+        SERVER_BEHIND_THE_RECORDER.format(
+            tests=str(RECORDER.parent), record=str(record), server=str(ROOT / "server.py")
+        )
+    )
+    run = play(server=str(stand_in))
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    sent = keyed_calls(record)
+    assert len(sent) == 4, sent
+    for request in sent:
+        assert problems("CallToolRequest", request) == [], request
+
+
+def test_the_keyed_requests_retry_policy_and_keyed_call_send_conform(tmp_path):
+    """mcp 2.x, 2026-07-28: the SDK's Client sending KeyedCall twice, then retry/policy.py's call_tool twice."""
+    record = tmp_path / "sent.jsonl"
+    server = [sdk2_python(), str(RECORDER), str(record), "--", sdk2_python(), *SDK2_SERVER, "--store", "memory"]
+    ran = subprocess.run(
+        [sdk2_python(), str(ROOT / "tests" / "compat_client.py"), "--", *server],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "retry")},  # retry/policy.py, a file to copy, not a package
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=ROOT,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert json.loads(ran.stdout.splitlines()[-1])["policy"]["charges"] == 1  # the policy's second call replayed
+
+    sent = keyed_calls(record)
+    assert len(sent) == 4, sent
+    for request in sent:
+        assert problems("CallToolRequest", request) == [], request
 
 
 @pytest.mark.parametrize("key", ["", "k" * 256, 42])

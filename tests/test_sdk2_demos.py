@@ -48,6 +48,11 @@ NO_CAPABILITY = """
     def advertised(self, result):  # tools.idempotency left out of server/discover
         return result
 """
+SHORT_KEYS = """
+    pass
+from mcp_idempotency import rules
+rules.MAX_KEY_LENGTH = 20  # keys of at most 20 characters, and the capability says so (P11')
+"""
 
 
 def play(demo: str, *options: str, server: str | None = None) -> subprocess.CompletedProcess:
@@ -131,6 +136,28 @@ def test_client_demo_refuses_to_rely_on_keys_without_the_capability(tmp_path):
     assert "capabilities.tools.idempotency = null" in run.stdout
     assert "refusing to rely on keys" in run.stdout
     assert verdicts(run.stdout) == []
+
+
+def test_client_demo_refuses_to_rely_on_keys_when_the_server_takes_shorter_keys_than_its_uuids(tmp_path):
+    """P11': maxKeyLength 20, while every key the demo mints has 36 characters: one line says so, nothing is sent."""
+    run = play(CLIENT_DEMO, "--transport", "stdio", server=stand_in(tmp_path, SHORT_KEYS))
+    assert run.returncode == 1
+    assert '"maxKeyLength": 20' in run.stdout
+    refusal = [line.strip() for line in run.stdout.splitlines() if "refusing to rely on keys" in line]
+    assert refusal == ["client the server takes keys of at most 20 characters, ours have 36: refusing to rely on keys"]
+    assert verdicts(run.stdout) == []
+
+
+def test_client_demo_takes_a_rejection_that_does_not_say_it_is_retryable_as_final():
+    """Scenario 4 against tests/stand_ins/drops_retryable.py, whose in-progress rejection carries no data.retryable:
+    the demos' loop (harness.call_until_answered) stops at once. Had it branched on data.type, it would back off
+    and get the replay."""
+    run = play(CLIENT_DEMO, "--transport", "stdio", server=str(ROOT / "tests" / "stand_ins" / "drops_retryable.py"))
+    slow_tool = run.stdout.split("4. A tool slower")[1]
+    assert "← idempotency_key_in_progress, not retryable: final" in slow_tool, run.stdout + run.stderr
+    assert "backing off" not in slow_tool
+    assert verdicts(run.stdout) == ["PASS", "PASS", "PASS", "FAIL"]
+    assert run.returncode == 1
 
 
 CLUSTER_HEADINGS = [

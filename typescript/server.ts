@@ -2,8 +2,9 @@
 // that honours idempotencyKey on tools/call, over stdio or stateless Streamable HTTP.
 // TypeScript, strict; `npm run build` compiles it to dist/server.js (README.md says why tsc).
 //
-//   node typescript/dist/server.js [--transport stdio|http] [--port 8000] [--retention S] [--lease S]
-//                                  [--max-records N] [--charge-delay S] [--placement params|meta] [--verbose]
+//   node typescript/dist/server.js [--transport stdio|http] [--host 127.0.0.1] [--port 8000] [--retention S]
+//                                  [--lease S] [--max-records N] [--charge-delay S] [--placement params|meta]
+//                                  [--allow-unauthenticated] [--verbose]
 //
 // Read it top to bottom, in the order of the SEP:
 //
@@ -23,6 +24,7 @@
 
 import { createHash } from "node:crypto";
 import { createServer } from "node:http";
+import { BlockList, isIP } from "node:net";
 import { parseArgs } from "node:util";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
@@ -49,6 +51,7 @@ interface Settings {
   maxRecords: number;
   chargeDelay: number; // seconds
   placement: Placement;
+  allowUnauthenticated: boolean; // P10': serve one tenant off loopback, on purpose
   verbose: boolean;
 }
 
@@ -82,6 +85,7 @@ function settingsFrom(argv: string[]): Settings {
       "max-records": { type: "string", default: String(MAX_RECORDS) },
       "charge-delay": { type: "string", default: "0" },
       placement: { type: "string", default: "params" },
+      "allow-unauthenticated": { type: "boolean", default: false },
       verbose: { type: "boolean", default: false },
     },
   });
@@ -104,6 +108,7 @@ function settingsFrom(argv: string[]): Settings {
     maxRecords,
     chargeDelay: number("charge-delay", values["charge-delay"], { min: 0 }),
     placement: values.placement,
+    allowUnauthenticated: values["allow-unauthenticated"],
     verbose: values.verbose,
   };
 }
@@ -463,8 +468,30 @@ function serveHttp(): void {
   http.listen(settings.port, settings.host);
 }
 
+/** P10': with no authorisation, HTTP clients share one key space: a reason not to serve off loopback, or null. */
+function unauthenticatedRefusal(): string | null {
+  if (settings.transport === "stdio" || settings.allowUnauthenticated) return null;
+  const loopback = new BlockList();
+  loopback.addSubnet("127.0.0.0", 8, "ipv4");
+  loopback.addAddress("::1", "ipv6");
+  const family = isIP(settings.host);
+  const onLoopback = family === 0 ? settings.host === "localhost" : loopback.check(settings.host, family === 4 ? "ipv4" : "ipv6");
+  return onLoopback ? null : `refusing to listen on ${settings.host} without authorisation: every client would `
+    + "share one key space and could replay another's results (K2); this server has none: give "
+    + "--allow-unauthenticated to do it on purpose";
+}
+
+const refusal = unauthenticatedRefusal();
+if (refusal !== null) {
+  console.error(refusal);
+  process.exit(1);
+}
 const where = settings.transport === "stdio" ? "stdio" : `http://${settings.host}:${settings.port}/mcp`;
 process.stderr.write(`idempotency: serving on ${where}: in-memory store, retention ${settings.retention}s, `
   + `at most ${settings.maxRecords} records, charge delay ${settings.chargeDelay}s\n`);
+// K2, P10'': what the records are scoped to, said at start as the 2.x server says it.
+process.stderr.write(settings.transport === "stdio"
+  ? "idempotency: serving one tenant: this process's one client (stdio, P10'')\n"
+  : "idempotency: serving one tenant: no authorisation, every client shares one key space (P10')\n");
 if (settings.transport === "stdio") await serveStdio();
 else serveHttp();

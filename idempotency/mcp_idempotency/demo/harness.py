@@ -28,7 +28,6 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from ..keyed_call import KeyedCall, KeyedCallParams
-from ..rules import IN_PROGRESS, STORE_FULL, STORE_UNAVAILABLE
 
 # The package's ledger server, as this interpreter runs it; --server replaces it with a script.
 LEDGER_SERVER = ["-m", "mcp_idempotency.demo.ledger_server"]
@@ -45,7 +44,6 @@ TIMED_OUT = types.REQUEST_TIMEOUT  # how the 2.x client reports that it stopped 
 HTTP_START_TIMEOUT = 20  # seconds a server may take to listen
 FIRST_BACK_OFF = 0.2  # seconds before retrying an in-progress key; doubled each time
 ATTEMPTS = 6  # a retry loop is bounded: after this many tries the client reports failure
-COME_BACK_LATER = {IN_PROGRESS, STORE_FULL, STORE_UNAVAILABLE}  # P5: worth the very same request again, later
 
 
 # ----------------------------------------------------------------------------
@@ -287,8 +285,13 @@ async def call_tool(
 
 
 def rejection_type(error: MCPError) -> str | None:
-    """P5: what a client branches on, error.data.type; never the message, never the code alone."""
+    """P5: why the server rejected the call, error.data.type; never the message, never the code alone."""
     return error.data.get("type") if isinstance(error.data, dict) else None
+
+
+def retryable(error: MCPError) -> bool:
+    """P5': may the same request, sent later, succeed? The server's error.data.retryable says; nothing else."""
+    return isinstance(error.data, dict) and error.data.get("retryable") is True
 
 
 def text(result: types.CallToolResult) -> str:
@@ -334,14 +337,15 @@ class Answered:
     """What a retry loop got in the end, and why it retried each attempt before."""
 
     result: types.CallToolResult
-    retried: list[str]  # "timed out", or the error.data.type the server came back with
+    retried: list[str]  # "timed out", or the error.data.type of a rejection the server marked retryable
 
 
 async def call_until_answered(
     client: Client, name: str, arguments: dict, key: str, who: str = "client", first_back_off: float = FIRST_BACK_OFF
 ) -> Answered:
-    """Retry a keyed call as a client should: on a timeout at once; on in progress and store full or
-    unavailable, backing off; on a conflict or an invalid key, never: those are final (P5)."""
+    """Retry a keyed call as a client should: on a timeout at once; on a rejection the server marks retryable
+    (in progress, store full or unavailable), backing off; any other rejection (a conflict, an invalid key, one
+    that does not say) is final (P5')."""
     back_off, retried = first_back_off, []
     for attempt in range(1, ATTEMPTS + 1):
         try:
@@ -351,9 +355,10 @@ async def call_until_answered(
                 say(who, f"attempt {attempt}: no response within {RESPONSE_TIMEOUT}s; retrying with the same key")
                 retried.append("timed out")
                 continue
-            if rejection_type(error) not in COME_BACK_LATER:
-                raise  # CONFLICT, INVALID_KEY: retrying the same request cannot succeed
-            say(who, f"attempt {attempt}: ← {rejection_type(error)}; backing off {back_off:.1f}s")
+            if not retryable(error):
+                say(who, f"attempt {attempt}: ← {rejection_type(error)}, not retryable: final")
+                raise
+            say(who, f"attempt {attempt}: ← {rejection_type(error)}, retryable; backing off {back_off:.1f}s")
             retried.append(rejection_type(error))
             await anyio.sleep(back_off)
             back_off *= 2

@@ -11,6 +11,8 @@ relies on keys only if it is there. For HTTP the demo starts the server itself o
 a free loopback port and stops it afterwards. A lost response is really lost: the
 harness's link, between the SDK's client session and its transport, drops it
 after the server sent it, so the client's timeout and retry are the SDK's own.
+Of the capability's settings it honours maxKeyLength; its retries last seconds
+against a 24-hour retentionSeconds, so only retry/policy.py acts on the window.
 """
 
 import argparse
@@ -231,8 +233,8 @@ async def slow_tool_retried_until_replayed(setup: Setup) -> bool:
         try:
             answered = await call_until_answered(demo.client, "charge_guarded", {"amount": 100}, key)
             say("client", f"← {text(answered.result)}")
-        except GaveUp as gave_up:
-            say("client", str(gave_up))
+        except (GaveUp, MCPError) as stopped:
+            return verdict(False, f"the client stopped without an answer: {stopped}")
         truth = await ledger(demo)
     return verdict(
         truth == {"balance": 100, "charges": 1}, "timed out, told in progress, backed off, got the replay: one charge"
@@ -244,24 +246,23 @@ async def slow_tool_retried_until_replayed(setup: Setup) -> bool:
 # ----------------------------------------------------------------------------
 
 
-def relies_on_deduplication(demo: Demo) -> bool:
-    """C3, P14: read tools.idempotency from the server/discover result before relying on keys."""
+def why_keys_unreliable(demo: Demo) -> str | None:
+    """C3, P14, P11': read tools.idempotency, with its settings, from the server/discover result before relying on
+    keys; why the client must not, or None."""
     # The SDK's typed server_capabilities drops the field, so it is read as it came off the wire.
     if demo.link.discovered is None:
-        say("client", f"the SDK negotiated {demo.client.protocol_version} without server/discover")
-        return False
+        return f"the SDK negotiated {demo.client.protocol_version} without server/discover"
     advertised = demo.link.discovered.get("capabilities", {}).get("tools", {}).get("idempotency")
     say(
         "client",
         f"server/discover → {demo.client.protocol_version}, capabilities.tools.idempotency = {json.dumps(advertised)}",
     )
     if not isinstance(advertised, dict):
-        return False
-    # P11': the demo's keys are UUIDs; a server that takes shorter keys would refuse every one.
-    if advertised.get("maxKeyLength", len(new_key())) < len(new_key()):
-        say("client", f"the server takes keys of at most {advertised['maxKeyLength']} characters, shorter than ours")
-        return False
-    return True
+        return "the server does not advertise idempotency"
+    ours = len(new_key())
+    if advertised.get("maxKeyLength", ours) < ours:  # P11': the demo's keys are UUIDs; it would refuse every one
+        return f"the server takes keys of at most {advertised['maxKeyLength']} characters, ours have {ours}"
+    return None
 
 
 async def play_over(setup: Setup) -> tuple[bool, list[bool]] | None:
@@ -270,8 +271,9 @@ async def play_over(setup: Setup) -> tuple[bool, list[bool]] | None:
     print(f"=== over {setup.transport}\n")
     key = new_key()
     async with connect(setup) as demo:
-        if not relies_on_deduplication(demo):
-            say("client", "the server does not advertise idempotency: refusing to rely on keys")
+        refusal = why_keys_unreliable(demo)
+        if refusal is not None:
+            say("client", f"{refusal}: refusing to rely on keys")
             return None
         say("client", "the server deduplicates by idempotencyKey: the client may rely on it\n")
         failure_shown = await no_key_double_charges(demo)
