@@ -20,23 +20,28 @@ from pydantic_core import to_json
 # P2: valid keys
 # ----------------------------------------------------------------------------
 
-MAX_KEY_LENGTH = 255  # Stripe's limit; room for a UUID with any prefix a client adds
+# The longest key taken unless the server is configured otherwise (stores.Limits.max_key_length,
+# `--max-key-length`): Stripe's limit, room for a UUID with any prefix a client adds. A server
+# may take fewer; the capability advertises what it takes (P11').
+MAX_KEY_LENGTH = 255
 
 JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", dict: "an object", list: "an array"}
 
 
 class InvalidKey(ValueError):
-    """P2: an idempotencyKey that is neither absent nor a string of 1 to 255 characters."""
+    """P2: an idempotencyKey that is neither absent nor a string of 1 to the server's longest characters."""
 
 
-def checked_key(value: Any) -> str | None:
-    """P2: the key a client sent in params.idempotencyKey, or None for no key (absent or null)."""
+def checked_key(value: Any, longest: int) -> str | None:
+    """P2: the key a client sent in params.idempotencyKey, or None for no key (absent or null);
+    `longest` is the longest key this server takes, the maxKeyLength it advertises."""
     if value is None:
         return None
-    if isinstance(value, str) and 1 <= len(value) <= MAX_KEY_LENGTH:
+    if isinstance(value, str) and 1 <= len(value) <= longest:
         return value
     # What arrived is no key, and may be a megabyte long: describe it, never echo it.
-    raise InvalidKey(f"got {len(value)} characters" if isinstance(value, str) else f"got {JSON_TYPES[type(value)]}")
+    got = f"{len(value)} characters" if isinstance(value, str) else JSON_TYPES[type(value)]
+    raise InvalidKey(f"it must be a string of 1 to {longest} characters, got {got}")
 
 
 # ----------------------------------------------------------------------------
@@ -128,10 +133,10 @@ def principal_of(stored_key: str) -> str:
     return principal_name(tuple(parts[:-1]))
 
 
-def capability(retention: float) -> dict[str, int]:
+def capability(longest: int, retention: float) -> dict[str, int]:
     """P11': capabilities.tools.idempotency: the longest key taken, and the window in whole seconds."""
     # Rounded down, so that no client counts on time the server does not keep: 1.5 s advertises 1.
-    return {"maxKeyLength": MAX_KEY_LENGTH, "retentionSeconds": int(retention)}
+    return {"maxKeyLength": longest, "retentionSeconds": int(retention)}
 
 
 # ----------------------------------------------------------------------------
@@ -187,7 +192,7 @@ STORE_FULL = "idempotency_store_full"
 STORE_UNAVAILABLE = "idempotency_store_unavailable"
 
 MESSAGES = {
-    INVALID_KEY: f"idempotencyKey must be a string of 1 to {MAX_KEY_LENGTH} characters",
+    INVALID_KEY: "invalid idempotencyKey",  # the detail says which lengths this server takes (checked_key)
     CONFLICT: "idempotencyKey was already used with a different tool or arguments",
     IN_PROGRESS: "a request with this idempotencyKey is still running; retry shortly",
     STORE_FULL: "the server holds as many idempotency records as it can; retry later",
