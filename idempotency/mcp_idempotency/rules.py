@@ -66,9 +66,10 @@ def fingerprint(tool: str, arguments: dict[str, Any] | None) -> bytes:
     # (E3); strings are compared as parsed, escapes already resolved, with no
     # Unicode normalisation (E4); absent arguments count as {} and _meta is never
     # passed in (E1). pydantic's serialiser costs a fraction of json.dumps;
-    # "constants" keeps an infinity apart from null. BLAKE2b is CPython's own:
-    # hashlib.sha256 goes through OpenSSL 3, whose set-up for each digest took
-    # 15 µs of a demo call's fingerprint against BLAKE2b's 5 (timed in the server).
+    # "constants" keeps an infinity apart from null. BLAKE2b is not the cheaper
+    # digest: SHA-256 measured cheaper at every size (benchmarks/RESULTS.md, 2b). It
+    # stays because a new digest changes every stored fingerprint, so a retry across
+    # the upgrade would read as a conflict (docs/costs.md): a schema version's change.
     text = to_json([tool, as_json_value(arguments or {})], inf_nan_mode="constants")
     return hashlib.blake2b(text, digest_size=32).digest()
 
