@@ -181,9 +181,11 @@ def test_alice_filling_her_share_leaves_bobs_answers_exactly_as_had_she_never_us
     token = issuer.token("alice", READ)
     worlds = {}
     for alice_keys_hers in (True, False):
-        with fresh_store(kind, tmp_path, f"alice-{alice_keys_hers}") as store:
-            with shared_by_two(issuer, store, token) as (a, b):
-                worlds[alice_keys_hers] = bobs_answers(issuer, a, b if kind != "memory" else a, alice_keys_hers)
+        with (
+            fresh_store(kind, tmp_path, f"alice-{alice_keys_hers}") as store,
+            shared_by_two(issuer, store, token) as (a, b),
+        ):
+            worlds[alice_keys_hers] = bobs_answers(issuer, a, b if kind != "memory" else a, alice_keys_hers)
     (with_alice, ledger_with), (without_alice, ledger_without) = worlds[True], worlds[False]
     assert with_alice == without_alice
     assert ledger_with == ledger_without == {"balance": SHARE * 1 + SHARE * 10, "charges": SHARE * 2}
