@@ -1,19 +1,19 @@
 """The rules of SEP-3182 that need no MCP SDK, for the 2.x layer and its servers.
 
-What a valid key is (P2), when two calls are the same request (P3, and so what
-amount the demo's charge tools take), the window and the bound kept by default
-(P8, P9), and how each rejection reads on the wire (P5). server.py (mcp 1.x)
-holds its own copy of each, so that it reads alone beside the SEP; tests/ checks
-both servers on the wire with the same rows, so the two cannot drift apart unseen.
+What a valid key is (P2), when two calls are the same request (P3), the window
+and the bound kept by default (P8, P9), and how each rejection reads on the wire
+(P5): the SEP's rules only, nothing of any server's tools. server.py (mcp 1.x)
+holds its own copy of each, the one copy of logic kept on purpose, so that it reads
+alone beside the SEP; tests/ checks both servers on the wire with the same rows, so
+the two cannot drift apart unseen.
 """
 
 import enum
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema  # pydantic ships with every mcp
 from pydantic_core import to_json
 
 # ----------------------------------------------------------------------------
@@ -72,32 +72,6 @@ def fingerprint(tool: str, arguments: dict[str, Any] | None) -> bytes:
     # the upgrade would read as a conflict (docs/costs.md): a schema version's change.
     text = to_json([tool, as_json_value(arguments or {})], inf_nan_mode="constants")
     return hashlib.blake2b(text, digest_size=32).digest()
-
-
-# P3, applied to the demo's tools: both servers' charge tools take 100 and 100.0
-# as the same amount, since they are the same request; a string or a boolean is
-# not an amount (strict), whatever it spells. An integer is held exactly, however
-# large; a float from 2^53 on may be a rounded integer (2^53 + 1.0 parses as 2^53),
-# so it is refused rather than charged as an amount nobody sent.
-
-
-def whole_positive(amount: int | float) -> int:
-    """A charge is a positive whole number of units, exactly as sent."""
-    if amount <= 0 or (isinstance(amount, float) and not amount.is_integer()):
-        raise ValueError(f"amount must be a positive whole number, not {amount!r}")
-    if isinstance(amount, float) and amount >= 2**53:
-        raise ValueError(
-            f"amount {amount!r} is not exactly a whole number (a float from 2**53 on may be rounded); "
-            "write it as an integer"
-        )
-    return int(amount)
-
-
-Amount = Annotated[
-    StrictInt | StrictFloat,
-    AfterValidator(whole_positive),
-    WithJsonSchema({"type": "integer", "exclusiveMinimum": 0}),
-]
 
 
 RETENTION_SECONDS = 24 * 60 * 60  # P8: Stripe's window; outlasts any client's retry loop

@@ -23,7 +23,6 @@ import anyio
 import mcp_types
 from mcp.server.mcpserver import Context, MCPServer
 
-from .. import rules
 from ..layer import Idempotency, one_tenant, token_principal
 from ..probe import sdk_hides_the_key
 from ..stores import Limits, OtherSchema, open_store
@@ -106,17 +105,17 @@ def ledger_server(keys: Idempotency, charge_delay: float, run_tasks: bool = Fals
         return f"Charged {amount}. New balance: {balance}"
 
     @mcp.tool()
-    async def charge_unguarded(amount: rules.Amount, ctx: Context) -> str:
+    async def charge_unguarded(amount: ledger.Amount, ctx: Context) -> str:
         """Charge `amount`. The demo calls this one without an idempotencyKey; a key would be honoured."""
         return await charge(amount, ctx)
 
     @mcp.tool()
-    async def charge_guarded(amount: rules.Amount, ctx: Context) -> str:
+    async def charge_guarded(amount: ledger.Amount, ctx: Context) -> str:
         """Charge `amount`. The demo calls this one with an idempotencyKey."""
         return await charge(amount, ctx)
 
     @mcp.tool()
-    async def charge_confirmed(amount: rules.Amount, ctx: Context) -> str | mcp_types.InputRequiredResult:
+    async def charge_confirmed(amount: ledger.Amount, ctx: Context) -> str | mcp_types.InputRequiredResult:
         """Charge `amount` once the user confirms it: the first leg asks (2026-07-28), the next one charges."""
         if ctx.request_state is None:  # P25: the question is no outcome of the key's, and charges nothing
             return mcp_types.InputRequiredResult(
