@@ -214,7 +214,8 @@ def why_keys_unreliable(initialized: types.InitializeResult) -> str | None:
 async def connect(show_every_frame: bool, *server_args: str):
     """Spawn server.py with this interpreter, its decision log on, open a client session through a link,
     and check the capability before relying on keys (C3), as on every server the demo starts."""
-    settings = {"--retention": str(24 * 3600), "--charge-delay": "0", **dict(zip(server_args[::2], server_args[1::2]))}
+    given = zip(server_args[::2], server_args[1::2], strict=True)  # the options come as name, value
+    settings = {"--retention": str(24 * 3600), "--charge-delay": "0", **dict(given)}
     say("client", f"starts server.py, a new process with its own store: keys kept {duration(settings['--retention'])}, "
                   f"each charge takes {duration(settings['--charge-delay'])}")
     params = StdioServerParameters(command=sys.executable, args=[str(SERVER), "--verbose", *server_args])

@@ -63,7 +63,7 @@ def authorisation(calls: int, postgres: Postgres) -> None:
         try:
             subjects = {
                 (label, mode): Subject(f"{label}, {mode}", wire, KEYED_TARGET[label], REPLAY_TARGET)
-                for (label, mode), wire in zip(configurations, wires)
+                for (label, mode), wire in zip(configurations, wires, strict=True)
             }
             round_trips(list(subjects.values()), calls)
         finally:

@@ -90,7 +90,7 @@ def fingerprint_cost(server_path: Path, repeats: int) -> None:
     for python, whose, lines in runs:
         sdk, timings = sdk_timings(python, lines, repeats, server_path)
         ns_per_byte = {}
-        for label, length, samples in zip(SIZES, lengths, timings):
+        for label, length, samples in zip(SIZES, lengths, timings, strict=True):
             median = {name: percentile(values, 50) for name, values in samples.items()}
             fingerprint, parse = median["fingerprint"], median["parse"]
             ns_per_byte[label] = fingerprint / length

@@ -53,7 +53,10 @@ def other_principal(calls: int, postgres: Postgres) -> None:
         servers = [("2x-http", "--store", new_store(store, folder, postgres), *room, *oauth) for store in stores]
         wires = launch_all(*[(server, {"headers": alice}) for server in servers])
         try:
-            subjects = [Subject(store, wire, KEYED_TARGET[store], REPLAY_TARGET) for store, wire in zip(stores, wires)]
+            subjects = [
+                Subject(store, wire, KEYED_TARGET[store], REPLAY_TARGET)
+                for store, wire in zip(stores, wires, strict=True)
+            ]
             alices_keys = [str(uuid.uuid4()) for _ in range(rounds)]
             for subject in subjects:
                 for key in alices_keys:  # Alice's records, completed before Bob sends a thing

@@ -40,7 +40,8 @@ def round_trip(server_path: Path, calls: int) -> None:
     )
     try:
         subjects = [
-            Subject(target, wire, KEYED_TARGET, REPLAY_TARGET) for (target, _), wire in zip(configurations, wires)
+            Subject(target, wire, KEYED_TARGET, REPLAY_TARGET)
+            for (target, _), wire in zip(configurations, wires, strict=True)
         ]
         round_trips(subjects, calls)
     finally:
@@ -50,7 +51,10 @@ def round_trip(server_path: Path, calls: int) -> None:
         (True, ("b", "with --verbose: the decision log on, as the demos run it")),
     ):
         rows = [
-            row for subject, (_, v) in zip(subjects, configurations) if v == verbose for row in round_trip_rows(subject)
+            row
+            for subject, (_, v) in zip(subjects, configurations, strict=True)
+            if v == verbose
+            for row in round_trip_rows(subject)
         ]
         print_table(
             f"1{suffix}. Round trip per target, {heading} ({calls} calls of each kind, interleaved)",

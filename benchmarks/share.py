@@ -48,12 +48,12 @@ def share_cost(calls: int, held: int, postgres: Postgres) -> None:
         servers = [("2x-http", "--store", new_store(store, folder, postgres), *room) for store, _ in chosen]
         wires = launch_all(*[(server, {}) for server in servers])
         try:
-            for (_, holding), wire in zip(chosen, wires):
+            for (_, holding), wire in zip(chosen, wires, strict=True):
                 for _ in range(holding):
                     check("result" in wire.call("get_balance", {}, key=str(uuid.uuid4())), "a keyed read failed")
             subjects = {
                 (store, holding): Subject(f"{store}, {holding} held", wire, KEYED_TARGET[store], REPLAY_TARGET)
-                for (store, holding), wire in zip(chosen, wires)
+                for (store, holding), wire in zip(chosen, wires, strict=True)
             }
             round_trips(list(subjects.values()), calls)
         finally:

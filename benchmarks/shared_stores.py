@@ -125,11 +125,11 @@ def shared_stores(calls: int, clients: int, scale_calls: int, postgres: Postgres
         wires = launch_all(
             *[
                 (("2x-http", "--store", store.url, *room), {})
-                for store, count in zip(stores, counts)
+                for store, count in zip(stores, counts, strict=True)
                 for _ in range(count)
             ]
         )
-        for store, count in zip(stores, counts):
+        for store, count in zip(stores, counts, strict=True):
             store.wires, wires = wires[:count], wires[count:]
         try:
             measure_stores(stores, calls, clients, scale_calls)

@@ -43,7 +43,9 @@ def count(label: str, store: str, undo: str | None = None) -> Counted:
             for tool, sent in (("charge_unguarded", ABSENT), ("charge_guarded", key), ("charge_guarded", key)):
                 succeeded(json.loads(caller.call(tool, sent)))
         for kind, (tool, key) in zip(
-            KINDS, (("charge_unguarded", ABSENT), ("charge_guarded", keys[-1]), ("charge_guarded", keys[-1]))
+            KINDS,
+            (("charge_unguarded", ABSENT), ("charge_guarded", keys[-1]), ("charge_guarded", keys[-1])),
+            strict=True,
         ):
             before = os.path.getsize(path)
             succeeded(json.loads(caller.call(tool, key)))  # every line of its trips is written before it answers

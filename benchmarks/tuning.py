@@ -78,7 +78,7 @@ def tuning(calls: int, postgres: Postgres) -> None:
         try:
             subjects = {
                 (store, undo): Subject(f"{store}, {undo or 'as shipped'}", wire, KEYED_TARGET[store], REPLAY_TARGET)
-                for (store, undo), wire in zip(chosen, wires)
+                for (store, undo), wire in zip(chosen, wires, strict=True)
             }
             round_trips(list(subjects.values()), calls)
         finally:

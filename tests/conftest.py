@@ -200,10 +200,12 @@ async def sdk_session(*server_args: str, command: list[str] | None = None):
     command = command or [sys.executable, str(SERVER), *server_args]
     params = StdioServerParameters(command=command[0], args=command[1:])
     with tempfile.TemporaryFile(mode="w+") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=REPLY_TIMEOUT)) as session:
-                session.initialize_result = await session.initialize()
-                yield session
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write, read_timeout_seconds=timedelta(seconds=REPLY_TIMEOUT)) as session,
+        ):
+            session.initialize_result = await session.initialize()
+            yield session
 
 
 class FakeClock:

@@ -319,7 +319,7 @@ def run_kit(
             ]
         else:
             urls = servers.enter_context(http_servers(list(chosen.values())))
-            options += [o for variant, url in zip(chosen, urls) for o in (f"--{variant}url", url)]
+            options += [o for variant, url in zip(chosen, urls, strict=True) for o in (f"--{variant}url", url)]
         report = Path(folder) / "checks.json"
         ran = subprocess.run(
             [sys.executable, str(KIT), *options, *extra, *tokens, "--timeout", f"{timeout:g}", "--json", str(report)],

@@ -138,7 +138,11 @@ def public_key_pem(issuer: Issuer, kid: str) -> bytes:
     from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicNumbers
 
     jwk = next(key for key in json.loads(issuer.get("/jwks")[1])["keys"] if key["kid"] == kid)
-    number = lambda name: int.from_bytes(base64.urlsafe_b64decode(jwk[name] + "=="), "big")  # noqa: E731
+
+    def number(name: str) -> int:
+        """One of the key's JWK integers, base64url and big-endian (RFC 7518 section 6.3.1)."""
+        return int.from_bytes(base64.urlsafe_b64decode(jwk[name] + "=="), "big")
+
     key = RSAPublicNumbers(number("e"), number("n")).public_key()
     return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 

@@ -1,14 +1,13 @@
-"""A 2.x ledger server for retry/policy.py's tests: the layer, plus
-two settings of its own, so the policy can be shown to honour what a server declares.
+"""A 2.x ledger server for retry/policy.py's tests: the layer, plus rejections on request, so the
+policy can be shown to honour what a server declares.
 
-    .venv-2x/bin/python tests/policy_server.py [--max-key-length N] [ledger server options]
+    .venv-2x/bin/python tests/policy_server.py [ledger server options]
 
---max-key-length N: keys longer than N are invalid, and the capability says maxKeyLength N.
-A charge whose `note` is {"reject": DATA, "times": T} is refused, under its key, T times with
--32602 and error.data DATA before it runs: a server whose rejections the policy must read.
+Its settings are the ledger server's own (--max-key-length N: keys longer than N are invalid, and the
+capability says maxKeyLength N). A charge whose `note` is {"reject": DATA, "times": T} is refused, under its
+key, T times with -32602 and error.data DATA before it runs: a server whose rejections the policy must read.
 """
 
-import argparse
 from collections import Counter
 from typing import Any, ClassVar
 
@@ -35,9 +34,4 @@ class PolicyServer(Idempotency):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
-    parser.add_argument("--max-key-length", type=int)
-    ours, rest = parser.parse_known_args()
-    if ours.max_key_length is not None:
-        rules.MAX_KEY_LENGTH = ours.max_key_length  # read by rules.checked_key on every call; advertised below
-    ledger_server.main(PolicyServer, rest)
+    ledger_server.main(PolicyServer)

@@ -188,6 +188,7 @@ def test_replay_with_a_narrowed_or_expired_token_is_refused_and_the_record_stays
                     (403, "insufficient_scope", CHARGE),  # the scope for this call only
                     (401, "invalid_token", EVERY_SCOPE),
                 ),
+                strict=True,
             ):
                 assert (status, challenge(headers), scope_of(headers)) == wanted, text
                 assert metadata_of(headers) == METADATA

@@ -145,7 +145,7 @@ def test_instance_killed_at_each_phase_of_a_keyed_call_leaves_one_charge_per_key
             # each); then each makes its one call and dies.
             victims = start_together("2x-http", *[server_args] * len(batch))
             try:
-                for key, victim in zip(batch, victims):
+                for key, victim in zip(batch, victims, strict=True):
                     kill(key, victim)
             finally:
                 for victim in victims:

@@ -107,7 +107,7 @@ E1_NOT_TESTED = (
 @pytest.mark.parametrize(
     "command",
     [
-        pytest.param(lambda: [booking(), *BOOKING_CONTRACT], id="a_server_without_one"),
+        pytest.param(lambda: [booking(), *BOOKING_CONTRACT], id="a_server_whose_second_tool_is_not_named"),
         pytest.param(
             lambda: [stand_in("ignores_the_tool_name.py"), "--other-tool", "no_such_tool"],
             id="one_whose_fingerprint_ignores_the_tool_name_and_whose_second_tool_is_not_named",

@@ -2,13 +2,16 @@
 server nobody here wrote for the demo, idempotency/examples/booking.py, built from that API
 alone (MCPServer(lifespan=keys.lifespan, middleware=[keys])), passes the conformance kit."""
 
+import json
 import subprocess
 import sys
+from contextlib import ExitStack
 
 import pytest
+from kit_targets import http_servers
 from wire import ROOT, sdk2_python
 
-pytestmark = pytest.mark.targets("2x-stdio")
+pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
 
 BOOKING = ROOT / "idempotency" / "examples" / "booking.py"
 CONTRACT = [
@@ -21,42 +24,70 @@ CONTRACT = [
     "--count-field",
     "bookings",
     "--other-tool",
-    "none",
+    "join_waiting_list",
 ]
+# The kit's option for each server it is given, and how booking.py is started for it: the kit's defaults
+# (a 2 s charge, a 1 s window, 3 records, a 1 s lease under a charge 2 s longer).
+SERVERS = {
+    "": [],
+    "slow-": ["--delay", "2"],
+    "short-retention-": ["--retention", "1"],
+    "bounded-": ["--max-records", "3"],
+    "short-lease-": ["--lease", "1", "--delay", "3"],
+}
+# K2 and K3 need an HTTP server behind authorisation and two principals' tokens: booking.py has no
+# authorisation, so these are all it leaves untested over HTTP.
+NEED_TWO_PRINCIPALS = {
+    "sep-3182-key-scoped-to-principal",
+    "sep-3182-other-principals-key-no-conflict",
+    "sep-3182-other-principals-key-not-in-progress",
+    "sep-3182-share-per-principal",
+    "sep-3182-replay-rechecks-authorisation",
+}
+UNTESTED = {
+    "http": NEED_TWO_PRINCIPALS,
+    "stdio": NEED_TWO_PRINCIPALS | {"sep-3182-replay-across-revisions"},  # P20: a retry in another revision, on HTTP
+}
 
 
-def booking(tmp_path, name: str, *options: str) -> str:
+def booking(tmp_path, name: str, *options: str) -> list[str]:
     """The booking server's command on a SQLite store of its own."""
-    return subprocess.list2cmdline([sdk2_python(), str(BOOKING), "--store", f"sqlite:{tmp_path / name}.db", *options])
+    return [sdk2_python(), str(BOOKING), "--store", f"sqlite:{tmp_path / name}.db", *options]
 
 
-def test_a_server_built_from_the_public_api_alone_passes_the_kit(tmp_path):
-    kit = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "conformance" / "kit.py"),
-            *CONTRACT,
-            "--command",
-            booking(tmp_path, "main"),
-            "--slow-command",
-            booking(tmp_path, "slow", "--delay", "2"),
-            "--short-retention-command",
-            booking(tmp_path, "short", "--retention", "1"),
-            "--bounded-command",
-            booking(tmp_path, "bounded", "--max-records", "3"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-    )
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_server_built_from_the_public_api_alone_passes_every_check_but_those_needing_two_principals(
+    tmp_path, transport
+):
+    commands = {variant: booking(tmp_path, variant or "main", *options) for variant, options in SERVERS.items()}
+    with ExitStack() as running:
+        if transport == "stdio":
+            given = {f"--{variant}command": subprocess.list2cmdline(command) for variant, command in commands.items()}
+        else:
+            urls = running.enter_context(http_servers(list(commands.values())))
+            given = {f"--{variant}url": url for variant, url in zip(commands, urls, strict=True)}
+        kit = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "conformance" / "kit.py"),
+                *CONTRACT,
+                *(word for option in given.items() for word in option),
+                "--json",
+                str(tmp_path / "checks.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=ROOT,
+        )
 
-    summary = kit.stdout.splitlines()[-1]
-    # 3, not 0: nothing failed, but what booking.py cannot show was not tested (a second tool for E1, the
-    # credentials of K2 and K3, a short lease), and the summary names it.
+    results = json.loads((tmp_path / "checks.json").read_text())
+    # 3, not 0: nothing failed, but what booking.py cannot show was not tested, and the summary names it.
     assert kit.returncode == 3, kit.stdout
-    assert " 0 failed, " in summary, kit.stdout
-    assert "another tool's name under one key (E1) NOT tested" in summary, kit.stdout
+    assert " 0 failed, " in kit.stdout.splitlines()[-1], kit.stdout
+    assert {entry["id"] for entry in results if entry["status"] == "SKIPPED"} == UNTESTED[transport], kit.stdout
+    assert {entry["status"] for entry in results} <= {"SUCCESS", "SKIPPED"}, kit.stdout  # not even a WARNING
 
 
 # Every module of the package, with MCPServer made to refuse construction first.

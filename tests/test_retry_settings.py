@@ -42,6 +42,7 @@ def test_a_minted_key_fits_max_key_length_where_a_uuid_would_not():
     )
     assert fitted["outcome"] == {"result": True} and fitted["charges"] == 1
     assert ignoring["outcome"]["raised"] == "KeyRefused" and "invalid_idempotency_key" in ignoring["outcome"]["message"]
+    assert "a string of 1 to 20 characters, got 36" in ignoring["outcome"]["message"]  # the server's own words
 
 
 def test_past_retention_seconds_the_policy_gives_up_rather_than_send_what_may_be_a_second_call():

@@ -50,8 +50,8 @@ NO_CAPABILITY = """
 """
 SHORT_KEYS = """
     pass
-from mcp_idempotency import rules
-rules.MAX_KEY_LENGTH = 20  # keys of at most 20 characters, and the capability says so (P11')
+import sys
+sys.argv += ["--max-key-length", "20"]  # keys of at most 20 characters, and the capability says so (P11')
 """
 
 
@@ -277,7 +277,7 @@ def test_confirm_demo_retries_the_very_continuation_whose_answer_was_lost_on_ano
     """What the client sends again, as printed off the wire: the key, the arguments, the answer if one was
     asked, and the state A sealed, verified on B, which answers with the replay."""
     scenarios = confirm_demo_run.stdout.split("\n2. ")[1].split("\n3. ")
-    for scenario, answered in zip(scenarios, (True, False)):
+    for scenario, answered in zip(scenarios, (True, False), strict=True):
         key = scenario.split("mints idempotencyKey ")[1].split()[0]
         sealed_by_a = scenario.split(", requestState ")[1].split("…")[0]
         retried = json.loads(scenario.split("wire →")[1].splitlines()[0])["params"]

@@ -124,9 +124,11 @@ def test_a_fleet_started_at_once_on_a_new_sqlite_file_all_comes_up(tmp_path):
 def test_instances_that_started_are_stopped_when_another_fails_to_start(tmp_path):
     """Issue 16, finding 10: the helper that starts several instances left the ones that came up running."""
     healthy = ("--store", f"sqlite:{tmp_path / 'store.db'}")
-    with pytest.raises(RuntimeError, match="exited before it listened"):
-        with instances(healthy, healthy, ("--store", "sqlite:/no/such/folder/store.db")):
-            pass
+    with (
+        pytest.raises(RuntimeError, match="exited before it listened"),
+        instances(healthy, healthy, ("--store", "sqlite:/no/such/folder/store.db")),
+    ):
+        pass
     assert not still_running(str(tmp_path)), "an instance that started was left running"
 
 

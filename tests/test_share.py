@@ -8,9 +8,9 @@ back to the shared bound.
 
 Over HTTP with real OAuth tokens (the issuer and the 2.x ledger server as subprocesses):
 Alice filling her share leaves Bob's answers exactly what they are had she never used
-the store, his own share's store-full included; and `mcp-idempotency-store forget`,
-run beside two instances on one store, makes Alice's keys run anew and leaves Bob's
-replaying.
+the store, his own share's store-full included; `mcp-idempotency-store forget`, run
+beside two instances on one store, makes Alice's keys run anew and leaves Bob's
+replaying; and run while a charge of hers is still running, it fences that charge off.
 """
 
 import contextlib
@@ -21,7 +21,7 @@ import anyio
 import pytest
 from conftest import FakeClock, fresh_store
 from oauth import READ, as_caller, parts, start_protected
-from wire import STORE_FULL, keyed_call_line, sdk2_python, text_of
+from wire import IN_PROGRESS, STORE_FULL, error_type, keyed_call_line, sdk2_python, text_of
 
 from mcp_idempotency.rules import principal_name
 from mcp_idempotency.stores import Full, Held, Limits, Won, memory, postgres, sqlite
@@ -181,9 +181,11 @@ def test_alice_filling_her_share_leaves_bobs_answers_exactly_as_had_she_never_us
     token = issuer.token("alice", READ)
     worlds = {}
     for alice_keys_hers in (True, False):
-        with fresh_store(kind, tmp_path, f"alice-{alice_keys_hers}") as store:
-            with shared_by_two(issuer, store, token) as (a, b):
-                worlds[alice_keys_hers] = bobs_answers(issuer, a, b if kind != "memory" else a, alice_keys_hers)
+        with (
+            fresh_store(kind, tmp_path, f"alice-{alice_keys_hers}") as store,
+            shared_by_two(issuer, store, token) as (a, b),
+        ):
+            worlds[alice_keys_hers] = bobs_answers(issuer, a, b if kind != "memory" else a, alice_keys_hers)
     (with_alice, ledger_with), (without_alice, ledger_without) = worlds[True], worlds[False]
     assert with_alice == without_alice
     assert ledger_with == ledger_without == {"balance": SHARE * 1 + SHARE * 10, "charges": SHARE * 2}
@@ -228,6 +230,39 @@ def test_forgetting_alice_makes_her_keys_run_anew_on_every_instance_and_leaves_b
         ledger = b.ledger()
     assert again != alices and all(text.startswith("Charged 1.") for text in again)  # run anew, not replayed
     assert ledger == {"balance": 1 + 1 + 10 + 1 + 1, "charges": 5}
+
+
+CHARGE_SECONDS = 4  # long enough for the operator's command to start and finish while the charge runs
+
+
+def test_forgetting_alice_while_her_charge_runs_rolls_it_back_tells_her_in_progress_and_her_retry_charges_once(
+    issuer, tmp_path
+):
+    """The running record goes with the rest; the charge, finding it gone as it commits, is fenced off (P18)."""
+    alice = issuer.token("alice")
+    claims = parts(alice)[1]
+    store = f"sqlite:{tmp_path / 'store.db'}"
+    server = start_protected(issuer, "--store", store, "--charge-delay", str(CHARGE_SECONDS), token=alice)
+    try:
+        running = server.send_call("charge_guarded", {"amount": 7}, "order-1")
+        server.wait_for_log("claimed: key='order-1'")
+        forgotten = forget(store, claims["iss"], claims["sub"])
+        forgotten_while_running = not server.answered(running)
+        answered = server.reply(running, timeout=CHARGE_SECONDS * 5)
+        after_the_fence = server.ledger()
+        retried = server.call("charge_guarded", {"amount": 7}, "order-1")
+        replayed = server.call("charge_guarded", {"amount": 7}, "order-1")
+        after_the_retry = server.ledger()
+    finally:
+        server.close()
+    assert forgotten.returncode == 0, forgotten.stderr
+    assert forgotten.stdout.startswith("forgot 1 record(s)"), forgotten.stdout  # the running one
+    assert forgotten_while_running, "the charge was answered before the command had forgotten its record"
+    assert error_type(answered) == IN_PROGRESS, answered  # told to come back, not told it was charged
+    assert after_the_fence == {"balance": 0, "charges": 0}  # its charge rolled back with the commit it lost
+    assert text_of(retried) == "Charged 7. New balance: 7"  # run anew
+    assert replayed == {**retried, "id": replayed["id"]}  # and recorded: the next retry replays it
+    assert after_the_retry == {"balance": 7, "charges": 1}
 
 
 def test_forget_on_a_store_that_is_not_there_says_so_in_one_line_and_makes_none(tmp_path):

@@ -1,6 +1,7 @@
 """A third server, written from mcp_idempotency's public API alone: seats booked once per key.
 
-    python booking.py [--store URL] [--delay SECONDS] [--retention SECONDS] [--max-records N]
+    python booking.py [--store URL] [--delay SECONDS] [--retention SECONDS] [--lease SECONDS]
+                      [--max-records N] [--transport stdio|http] [--port PORT]
 
 It knows nothing of the demo's ledger. Its side effect lives in this process, not in
 the store, so a crash between the booking and the record lets a retry book again
@@ -20,16 +21,20 @@ parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
 parser.add_argument("--store", default="sqlite:booking.db")
 parser.add_argument("--delay", type=float, default=0.0, help="seconds each booking takes")
 parser.add_argument("--retention", type=float, default=Limits.retention)
+parser.add_argument("--lease", type=float, default=Limits.lease)
 parser.add_argument("--max-records", type=int, default=Limits.max_records)
+parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+parser.add_argument("--port", type=int, default=8000, help="HTTP: on 127.0.0.1, at /mcp")
 options = parser.parse_args()
 
 keys = Idempotency(
     options.store,
     server_info={"name": "booking", "version": "1.0"},
-    limits=Limits(retention=options.retention, max_records=options.max_records),
+    limits=Limits(retention=options.retention, lease=options.lease, max_records=options.max_records),
 )
 mcp = MCPServer("booking", version="1.0", lifespan=keys.lifespan, middleware=[keys])  # the one line
 booked = {"bookings": 0, "seats": 0}
+waiting: list[int] = []
 
 
 @mcp.tool()
@@ -44,9 +49,19 @@ async def book_seats(seats: int) -> str:
 
 
 @mcp.tool()
+def join_waiting_list(seats: int) -> str:
+    """Wait for `seats` seats: the same arguments as a booking, yet another request under any key (E1)."""
+    waiting.append(seats)
+    return f"Waiting list: {len(waiting)} requests"
+
+
+@mcp.tool()
 def bookings() -> dict[str, int]:
     """How many bookings were made, and how many seats."""
     return booked
 
 
-mcp.run()
+if options.transport == "http":
+    mcp.run("streamable-http", port=options.port, stateless_http=True)
+else:
+    mcp.run()

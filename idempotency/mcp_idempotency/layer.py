@@ -102,18 +102,6 @@ def well_formed(ctx: Any) -> bool:
         return False
 
 
-def key_of(params: Mapping[str, Any], placement: Placement = Placement.PARAMS) -> str | None:
-    """P1, P2, P26: the request's key where the placement reads it, or None when it carries none there."""
-    # P1: only the placement's own member counts (the sibling of `name` and `arguments`,
-    # or the extension's _meta key); a field of the same name anywhere else, in
-    # `arguments` or in the other placement, is the tool's business, not a key.
-    try:
-        return rules.checked_key(rules.sent_key(params, placement))
-    except rules.InvalidKey as bad:
-        log.debug("invalid key: %s", bad)
-        raise rejection(INVALID_KEY, None, str(bad)) from None
-
-
 def recorded(outcome: Outcome, revision: str) -> str:
     """P6: an outcome as the store keeps it: a result with the revision it was shaped for, or an error."""
     if isinstance(outcome, MCPError):
@@ -168,7 +156,7 @@ class Idempotency:
     """SEP-3182 for one MCPServer: `lifespan=keys.lifespan, middleware=[keys]`.
 
     Everything it needs is passed in: the store's URL (memory, sqlite:PATH or
-    postgresql://...), its limits (retention P8, lease P18, bound P9), the server's
+    postgresql://...), its limits (retention P8, lease P18, bound P9, key length P2), the server's
     info (stamped on a replay shaped for 2026-07-28, P20), how to find the
     principal of a request (K2) and where the key and the capability are (P26).
     A subclass may change one decision by overriding the method that makes it;
@@ -228,8 +216,20 @@ class Idempotency:
 
     def advertised(self, result: dict[str, Any]) -> dict[str, Any]:
         """P14, P11', P26: the capability where the placement puts it, with the key length and window."""
-        rules.advertise(result.setdefault("capabilities", {}), self.placement, rules.capability(self.limits.retention))
+        settings = rules.capability(self.limits.max_key_length, self.limits.retention)
+        rules.advertise(result.setdefault("capabilities", {}), self.placement, settings)
         return result
+
+    def key_of(self, params: Mapping[str, Any]) -> str | None:
+        """P1, P2, P26: the request's key where the placement reads it, or None when it carries none there."""
+        # P1: only the placement's own member counts (the sibling of `name` and `arguments`,
+        # or the extension's _meta key); a field of the same name anywhere else, in
+        # `arguments` or in the other placement, is the tool's business, not a key.
+        try:
+            return rules.checked_key(rules.sent_key(params, self.placement), self.limits.max_key_length)
+        except rules.InvalidKey as bad:
+            log.debug("invalid key: %s", bad)
+            raise rejection(INVALID_KEY, None, str(bad)) from None
 
     async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
         """S0-S3: a tools/call, before any tool handler runs."""
@@ -239,7 +239,7 @@ class Idempotency:
         # that malformed params never claim a key nor get a rejection or a replay.
         params = ctx.params if isinstance(ctx.params, Mapping) else {}
         try:
-            key = key_of(params, self.placement)
+            key = self.key_of(params)
         except MCPError:
             if well_formed(ctx):
                 raise

@@ -1,42 +1,47 @@
 """The rules of SEP-3182 that need no MCP SDK, for the 2.x layer and its servers.
 
-What a valid key is (P2), when two calls are the same request (P3, and so what
-amount the demo's charge tools take), the window and the bound kept by default
-(P8, P9), and how each rejection reads on the wire (P5). server.py (mcp 1.x)
-holds its own copy of each, so that it reads alone beside the SEP; tests/ checks
-both servers on the wire with the same rows, so the two cannot drift apart unseen.
+What a valid key is (P2), when two calls are the same request (P3), the window
+and the bound kept by default (P8, P9), and how each rejection reads on the wire
+(P5): the SEP's rules only, nothing of any server's tools. server.py (mcp 1.x)
+holds its own copy of each, the one copy of logic kept on purpose, so that it reads
+alone beside the SEP; tests/ checks both servers on the wire with the same rows, so
+the two cannot drift apart unseen.
 """
 
 import enum
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema  # pydantic ships with every mcp
 from pydantic_core import to_json
 
 # ----------------------------------------------------------------------------
 # P2: valid keys
 # ----------------------------------------------------------------------------
 
-MAX_KEY_LENGTH = 255  # Stripe's limit; room for a UUID with any prefix a client adds
+# The longest key taken unless the server is configured otherwise (stores.Limits.max_key_length,
+# `--max-key-length`): Stripe's limit, room for a UUID with any prefix a client adds. A server
+# may take fewer; the capability advertises what it takes (P11').
+MAX_KEY_LENGTH = 255
 
 JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", dict: "an object", list: "an array"}
 
 
 class InvalidKey(ValueError):
-    """P2: an idempotencyKey that is neither absent nor a string of 1 to 255 characters."""
+    """P2: an idempotencyKey that is neither absent nor a string of 1 to the server's longest characters."""
 
 
-def checked_key(value: Any) -> str | None:
-    """P2: the key a client sent in params.idempotencyKey, or None for no key (absent or null)."""
+def checked_key(value: Any, longest: int) -> str | None:
+    """P2: the key a client sent in params.idempotencyKey, or None for no key (absent or null);
+    `longest` is the longest key this server takes, the maxKeyLength it advertises."""
     if value is None:
         return None
-    if isinstance(value, str) and 1 <= len(value) <= MAX_KEY_LENGTH:
+    if isinstance(value, str) and 1 <= len(value) <= longest:
         return value
     # What arrived is no key, and may be a megabyte long: describe it, never echo it.
-    raise InvalidKey(f"got {len(value)} characters" if isinstance(value, str) else f"got {JSON_TYPES[type(value)]}")
+    got = f"{len(value)} characters" if isinstance(value, str) else JSON_TYPES[type(value)]
+    raise InvalidKey(f"it must be a string of 1 to {longest} characters, got {got}")
 
 
 # ----------------------------------------------------------------------------
@@ -61,37 +66,12 @@ def fingerprint(tool: str, arguments: dict[str, Any] | None) -> bytes:
     # (E3); strings are compared as parsed, escapes already resolved, with no
     # Unicode normalisation (E4); absent arguments count as {} and _meta is never
     # passed in (E1). pydantic's serialiser costs a fraction of json.dumps;
-    # "constants" keeps an infinity apart from null. BLAKE2b is CPython's own:
-    # hashlib.sha256 goes through OpenSSL 3, whose set-up for each digest took
-    # 15 µs of a demo call's fingerprint against BLAKE2b's 5 (timed in the server).
+    # "constants" keeps an infinity apart from null. BLAKE2b is not the cheaper
+    # digest: SHA-256 measured cheaper at every size (benchmarks/RESULTS.md, 2b). It
+    # stays because a new digest changes every stored fingerprint, so a retry across
+    # the upgrade would read as a conflict (docs/costs.md): a schema version's change.
     text = to_json([tool, as_json_value(arguments or {})], inf_nan_mode="constants")
     return hashlib.blake2b(text, digest_size=32).digest()
-
-
-# P3, applied to the demo's tools: both servers' charge tools take 100 and 100.0
-# as the same amount, since they are the same request; a string or a boolean is
-# not an amount (strict), whatever it spells. An integer is held exactly, however
-# large; a float from 2^53 on may be a rounded integer (2^53 + 1.0 parses as 2^53),
-# so it is refused rather than charged as an amount nobody sent.
-
-
-def whole_positive(amount: int | float) -> int:
-    """A charge is a positive whole number of units, exactly as sent."""
-    if amount <= 0 or (isinstance(amount, float) and not amount.is_integer()):
-        raise ValueError(f"amount must be a positive whole number, not {amount!r}")
-    if isinstance(amount, float) and amount >= 2**53:
-        raise ValueError(
-            f"amount {amount!r} is not exactly a whole number (a float from 2**53 on may be rounded); "
-            "write it as an integer"
-        )
-    return int(amount)
-
-
-Amount = Annotated[
-    StrictInt | StrictFloat,
-    AfterValidator(whole_positive),
-    WithJsonSchema({"type": "integer", "exclusiveMinimum": 0}),
-]
 
 
 RETENTION_SECONDS = 24 * 60 * 60  # P8: Stripe's window; outlasts any client's retry loop
@@ -128,10 +108,10 @@ def principal_of(stored_key: str) -> str:
     return principal_name(tuple(parts[:-1]))
 
 
-def capability(retention: float) -> dict[str, int]:
+def capability(longest: int, retention: float) -> dict[str, int]:
     """P11': capabilities.tools.idempotency: the longest key taken, and the window in whole seconds."""
     # Rounded down, so that no client counts on time the server does not keep: 1.5 s advertises 1.
-    return {"maxKeyLength": MAX_KEY_LENGTH, "retentionSeconds": int(retention)}
+    return {"maxKeyLength": longest, "retentionSeconds": int(retention)}
 
 
 # ----------------------------------------------------------------------------
@@ -187,7 +167,7 @@ STORE_FULL = "idempotency_store_full"
 STORE_UNAVAILABLE = "idempotency_store_unavailable"
 
 MESSAGES = {
-    INVALID_KEY: f"idempotencyKey must be a string of 1 to {MAX_KEY_LENGTH} characters",
+    INVALID_KEY: "invalid idempotencyKey",  # the detail says which lengths this server takes (checked_key)
     CONFLICT: "idempotencyKey was already used with a different tool or arguments",
     IN_PROGRESS: "a request with this idempotencyKey is still running; retry shortly",
     STORE_FULL: "the server holds as many idempotency records as it can; retry later",

@@ -1,5 +1,6 @@
-"""A stand-in for the 2.x ledger server that breaks one rule: it advertises maxKeyLength 512 but refuses keys past
-255 (issue 25, decision 2): a client that trusts the capability sends a key the server calls invalid."""
+"""A stand-in for the 2.x ledger server that breaks one rule: it advertises a maxKeyLength one character past
+the longest key it takes (issue 25, decision 2): a client that trusts the capability sends a key the server
+calls invalid. Configuration cannot do it, since the one setting reaches both the key check and the capability."""
 
 from typing import Any
 
@@ -12,7 +13,7 @@ class AdvertisesALongerKeyThanItTakes(Idempotency):
 
     def advertised(self, result: dict[str, Any]) -> dict[str, Any]:
         result = super().advertised(result)
-        result["capabilities"]["tools"]["idempotency"]["maxKeyLength"] = 512
+        result["capabilities"]["tools"]["idempotency"]["maxKeyLength"] = self.limits.max_key_length + 1
         return result
 
 

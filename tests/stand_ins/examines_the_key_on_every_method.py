@@ -4,7 +4,7 @@ refuses tools/list with a key that is not a string (W2: only tools/call is cover
 from typing import Any
 
 from mcp_idempotency.demo import ledger_server
-from mcp_idempotency.layer import CallNext, Idempotency, key_of
+from mcp_idempotency.layer import CallNext, Idempotency
 
 
 class ExaminesTheKeyOnEveryMethod(Idempotency):
@@ -12,7 +12,7 @@ class ExaminesTheKeyOnEveryMethod(Idempotency):
 
     async def __call__(self, ctx: Any, call_next: CallNext) -> Any:
         if ctx.request_id is not None and ctx.method != "tools/call" and isinstance(ctx.params, dict):
-            key_of(ctx.params)  # an invalid key is refused, whatever the method
+            self.key_of(ctx.params)  # an invalid key is refused, whatever the method
         return await super().__call__(ctx, call_next)
 
 

@@ -2,8 +2,8 @@
 an idempotencyKey skips the per-tool scope check, as if holding the key were authority (K3, P22: a replay
 passes the authorisation in force when it is made). A token narrowed since the original gets its result.
 
-Not a subclass of the layer: the scope check is the HTTP middleware's (mcp_idempotency/auth.py), so the gate
-is swapped for one subclass of it, the configuration this server is started with.
+Not a subclass of the layer: the scope check is the HTTP middleware's (mcp_idempotency/auth.py), so this
+server is started with a subclass of that gate, through ledger_server.main's `gate`.
 """
 
 from pydantic_core import from_json
@@ -29,5 +29,4 @@ class TrustsTheKey(auth.ScopeGate):
         return super().scope_needed(body)
 
 
-auth.ScopeGate = TrustsTheKey  # serve_http builds the gate it finds here
-ledger_server.main()
+ledger_server.main(gate=TrustsTheKey)

@@ -4,11 +4,14 @@ The stores know nothing of it: it is a tool's own data, written through the unit
 work's public API, so a keyed charge commits, or rolls back, with its record. On a
 SQL store it is one row of its own table, which `create` makes as the server starts
 (the layout schema version 2 of the stores held, so a store upgraded in place keeps
-its ledger); on the memory store, two numbers by name.
+its ledger); on the memory store, two numbers by name. `Amount` is what its charge
+tools take as an amount.
 """
 
 import sqlite3
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema  # pydantic ships with every mcp
 
 from ..stores import Transaction
 from ..stores.memory import MemoryTransaction
@@ -16,6 +19,40 @@ from ..stores.sqlite import SQLiteTransaction
 
 if TYPE_CHECKING:
     from ..stores.postgres import PostgresTransaction
+
+# ----------------------------------------------------------------------------
+# What the ledger takes as an amount
+# ----------------------------------------------------------------------------
+
+# P3, applied to the charge tools: they take 100 and 100.0 as the same amount,
+# since they are the same request; a string or a boolean is not an amount
+# (strict), whatever it spells. An integer is held exactly, however large; a float
+# from 2^53 on may be a rounded integer (2^53 + 1.0 parses as 2^53), so it is
+# refused rather than charged as an amount nobody sent. server.py's charge takes
+# the same amounts, spelled in its own pydantic Field.
+
+
+def whole_positive(amount: int | float) -> int:
+    """A charge is a positive whole number of units, exactly as sent."""
+    if amount <= 0 or (isinstance(amount, float) and not amount.is_integer()):
+        raise ValueError(f"amount must be a positive whole number, not {amount!r}")
+    if isinstance(amount, float) and amount >= 2**53:
+        raise ValueError(
+            f"amount {amount!r} is not exactly a whole number (a float from 2**53 on may be rounded); "
+            "write it as an integer"
+        )
+    return int(amount)
+
+
+Amount = Annotated[
+    StrictInt | StrictFloat,
+    AfterValidator(whole_positive),
+    WithJsonSchema({"type": "integer", "exclusiveMinimum": 0}),
+]
+
+# ----------------------------------------------------------------------------
+# The ledger in the store
+# ----------------------------------------------------------------------------
 
 BALANCE, CHARGES = "ledger.balance", "ledger.charges"  # the memory store's names
 

@@ -107,9 +107,11 @@ async def connect(setup: Setup, *server_args: str):
                 async with Client(linked(inner, link), mode="auto") as client:  # auto: server/discover first
                     yield Demo(client, link, setup.transport)
         else:
-            async with http_server(setup.server, arguments, log) as url:
-                async with Client(linked(streamable_http_client(url), link), mode="auto") as client:
-                    yield Demo(client, link, setup.transport)
+            async with (
+                http_server(setup.server, arguments, log) as url,
+                Client(linked(streamable_http_client(url), link), mode="auto") as client,
+            ):
+                yield Demo(client, link, setup.transport)
 
 
 # ----------------------------------------------------------------------------

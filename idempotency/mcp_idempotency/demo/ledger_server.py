@@ -19,18 +19,20 @@ import sys
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.request_state import RequestStateSecurity
 
-from .. import rules
 from ..layer import Idempotency, one_tenant, token_principal
 from ..probe import sdk_hides_the_key
 from ..stores import Limits, OtherSchema, open_store
 from . import ledger, options, tasks
+
+if TYPE_CHECKING:
+    from ..auth import ScopeGate  # only HTTP with --issuer imports it (joserfc: pip install ./idempotency[auth])
 
 log = logging.getLogger("idempotency")
 
@@ -115,17 +117,17 @@ def ledger_server(
         return f"Charged {amount}. New balance: {balance}"
 
     @mcp.tool()
-    async def charge_unguarded(amount: rules.Amount, ctx: Context) -> str:
+    async def charge_unguarded(amount: ledger.Amount, ctx: Context) -> str:
         """Charge `amount`. The demo calls this one without an idempotencyKey; a key would be honoured."""
         return await charge(amount, ctx)
 
     @mcp.tool()
-    async def charge_guarded(amount: rules.Amount, ctx: Context) -> str:
+    async def charge_guarded(amount: ledger.Amount, ctx: Context) -> str:
         """Charge `amount`. The demo calls this one with an idempotencyKey."""
         return await charge(amount, ctx)
 
     @mcp.tool()
-    async def charge_confirmed(amount: rules.Amount, ctx: Context) -> str | mcp_types.InputRequiredResult:
+    async def charge_confirmed(amount: ledger.Amount, ctx: Context) -> str | mcp_types.InputRequiredResult:
         """Charge `amount` once the user confirms it: the first leg asks (2026-07-28), the next one charges."""
         if ctx.request_state is None:  # P25: the question is no outcome of the key's, and charges nothing
             return mcp_types.InputRequiredResult(
@@ -142,7 +144,7 @@ def ledger_server(
     # once the user has said yes, that tool has no reason to put the charge off. Here the first
     # leg always defers, as a busy processor would, so the leg that charges is the continuation.
     @mcp.tool()
-    async def charge_deferred(amount: rules.Amount, ctx: Context) -> str | mcp_types.InputRequiredResult:
+    async def charge_deferred(amount: ledger.Amount, ctx: Context) -> str | mcp_types.InputRequiredResult:
         """Charge `amount` on the call sent again: the first leg defers it with only a requestState (2026-07-28)."""
         if ctx.request_state is None:  # P25: "send this again, with this state" is no outcome of the key's
             return mcp_types.InputRequiredResult(request_state=f"deferred {amount}")
@@ -293,8 +295,9 @@ async def store_problem(url: str, limits: Limits, run_tasks: bool) -> str | None
         return f"{type(error).__name__}: {error}".splitlines()[0]
 
 
-def serve_http(settings: argparse.Namespace, keys: Idempotency) -> None:
-    """Streamable HTTP; with --issuer, an OAuth resource server with per-tool scopes (mcp_idempotency/auth.py)."""
+def serve_http(settings: argparse.Namespace, keys: Idempotency, gate: "type[ScopeGate] | None" = None) -> None:
+    """Streamable HTTP; with --issuer, an OAuth resource server whose per-tool scopes `gate` checks
+    (default: mcp_idempotency/auth.py's ScopeGate)."""
     import uvicorn
 
     if settings.issuer is None:
@@ -318,15 +321,18 @@ def serve_http(settings: argparse.Namespace, keys: Idempotency) -> None:
         )
         app = mcp.streamable_http_app(stateless_http=True, json_response=not settings.sse, host=settings.host)
         # Innermost, after the SDK's authentication: the verified token is known, no handler has run.
-        app.user_middleware.append(Middleware(auth.ScopeGate, scopes=TOOL_SCOPES, resource=settings.resource))
+        app.user_middleware.append(Middleware(gate or auth.ScopeGate, scopes=TOOL_SCOPES, resource=settings.resource))
         auth.listing_scopes(app, mcp.settings.auth, sorted(set(TOOL_SCOPES.values())))
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
 
 
-def main(layer: type[Idempotency] = Idempotency, argv: list[str] | None = None) -> None:
+def main(
+    layer: type[Idempotency] = Idempotency, argv: list[str] | None = None, gate: "type[ScopeGate] | None" = None
+) -> None:
     """Check the SDK, then serve; stdout carries the protocol on stdio, so every log goes to stderr.
 
-    `layer` is the layer's class: tests/stand_ins/ pass a subclass that breaks one rule."""
+    `layer` is the layer's class, and `gate` the per-tool scope check's over HTTP with --issuer (K3;
+    default: auth.ScopeGate): tests/stand_ins/ pass a subclass of either that breaks one rule."""
     settings = parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s", force=True)
     log.setLevel(logging.DEBUG if settings.verbose else logging.INFO)
@@ -358,7 +364,7 @@ def main(layer: type[Idempotency] = Idempotency, argv: list[str] | None = None) 
     if settings.transport == "stdio":
         ledger_server(keys, settings.charge_delay, settings.tasks, settings.state_key).run()
     else:
-        serve_http(settings, keys)
+        serve_http(settings, keys, gate)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,18 @@
 
 import argparse
 
-from ..rules import EXTENSION_ID, MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, META_KEY, RETENTION_SECONDS, Placement
+from ..rules import (
+    EXTENSION_ID,
+    MAX_KEY_LENGTH,
+    MAX_RECORDS,
+    MAX_RECORDS_PER_PRINCIPAL,
+    META_KEY,
+    RETENTION_SECONDS,
+    Placement,
+)
 from ..stores import LEASE_SECONDS, Limits
 
-# P8, P9, P9', P18 on the command line: the windows and the bounds the demo's servers keep, settable
+# P2, P8, P9, P9', P18 on the command line: the windows and the bounds the demo's servers keep, settable
 # when they start. One that is not above zero would void the guarantee, so it is
 # refused before anything serves.
 
@@ -26,6 +34,14 @@ def records(text: str) -> int:
     return value
 
 
+def key_length(text: str) -> int:
+    """The longest key taken (P2): 1 to 255 characters, never more than the SEP allows."""
+    value = int(text)
+    if not 1 <= value <= MAX_KEY_LENGTH:
+        raise ValueError(text)
+    return value
+
+
 def delay(text: str) -> float:
     """The demo's charge delay in seconds: zero or more."""
     value = float(text)
@@ -35,7 +51,8 @@ def delay(text: str) -> float:
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
-    """The options both servers take: the windows, the bounds, the demo's charge delay, the placement, the log."""
+    """The options both servers take: the windows, the bounds, the key's length, the demo's charge delay, the
+    placement, the log."""
     parser.add_argument(
         "--retention",
         type=seconds,
@@ -65,6 +82,13 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         help=f"how many of them one principal may hold (P9'; default: {MAX_RECORDS_PER_PRINCIPAL})",
     )
     parser.add_argument(
+        "--max-key-length",
+        type=key_length,
+        default=MAX_KEY_LENGTH,
+        metavar="N",
+        help=f"the longest key taken and advertised, in characters (P2, P11'; at most and by default {MAX_KEY_LENGTH})",
+    )
+    parser.add_argument(
         "--charge-delay",
         type=delay,
         default=0.0,
@@ -87,4 +111,10 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 
 def limits_of(settings: argparse.Namespace) -> Limits:
     """The store's limits as the command line set them."""
-    return Limits(settings.retention, settings.lease, settings.max_records, settings.max_records_per_principal)
+    return Limits(
+        retention=settings.retention,
+        lease=settings.lease,
+        max_records=settings.max_records,
+        max_records_per_principal=settings.max_records_per_principal,
+        max_key_length=settings.max_key_length,
+    )

@@ -56,7 +56,7 @@ from typing import NamedTuple
 
 import anyio
 
-from ..rules import MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, RETENTION_SECONDS
+from ..rules import MAX_KEY_LENGTH, MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, RETENTION_SECONDS
 
 # ----------------------------------------------------------------------------
 # What a claim returns, and what a store keeps to
@@ -105,12 +105,14 @@ LEASE_SECONDS = 30.0  # P18: longer than any tool here may run, short enough for
 
 @dataclass(frozen=True)
 class Limits:
-    """The windows and the bounds every store enforces (P8, P9, P9', P18)."""
+    """The windows and the bounds every store enforces (P8, P9, P9', P18), and the longest key the layer
+    takes (P2), which it advertises beside the window (P11')."""
 
     retention: float = RETENTION_SECONDS  # seconds a completed record is replayed
     lease: float = LEASE_SECONDS  # seconds a claim is held before a retry with the same fingerprint may take over
     max_records: int = MAX_RECORDS  # live records at most, running or completed
     max_records_per_principal: int = MAX_RECORDS_PER_PRINCIPAL  # P9': one principal's records whose deadline is ahead
+    max_key_length: int = MAX_KEY_LENGTH  # P2: characters in a key at most; the store holds whatever it is given
 
     @property
     def wait(self) -> float:
