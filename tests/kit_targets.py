@@ -254,14 +254,21 @@ def http_servers(commands: list[list[str]]):
         yield [listening(*each) for each in started]
 
 
+def npm_installed(folder: Path) -> None:
+    """`npm ci` in `folder`, exactly what its lockfile pins, unless node_modules was installed from this lockfile
+    already: npm writes node_modules/.package-lock.json as it installs, so a lockfile changed since is newer."""
+    installed = folder / "node_modules" / ".package-lock.json"
+    if not installed.exists() or installed.stat().st_mtime < (folder / "package-lock.json").stat().st_mtime:
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=folder, check=True, timeout=600)
+
+
 def typescript_built() -> None:
     """The TypeScript server compiled from typescript/server.ts, once per process: npm ci (as its lockfile pins
     the SDK and the compiler) if nothing is installed yet, as tests/interop/run.sh does, then `npm run build`."""
     global typescript_compiled
     if typescript_compiled:
         return
-    if not (TYPESCRIPT / "node_modules").is_dir():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=TYPESCRIPT, check=True, timeout=300)
+    npm_installed(TYPESCRIPT)
     subprocess.run(["npm", "run", "--silent", "build"], cwd=TYPESCRIPT, check=True, timeout=300)
     typescript_compiled = True
 

@@ -3,8 +3,8 @@
     python3 tests/official_conformance_table.py            # run every task scenario, print the table
     python3 tests/official_conformance_table.py --write    # and put it in docs/official-conformance.md
 
-It runs the suite that tests/official_conformance/package-lock.json pins (`npm ci` there first if nothing
-is installed), with the Node.js that lockfile pins too (the suite imports fs.globSync: Node 22), against
+It runs the suite that tests/official_conformance/package-lock.json pins (`npm ci` there first unless it
+is installed from that lockfile), with the Node.js it pins too (the suite imports fs.globSync: Node 22), against
 two servers over HTTP, each on a fresh SQLite store: the 2.x ledger server with --tasks, as a user runs it,
 and tests/official_conformance/fixture_server.py, the same layer and Tasks with the tools the suite calls
 by name. Every status in the table is what that run's checks.json said; the reasons beside them are
@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kit_targets import http_servers, ledger_server
+from kit_targets import http_servers, ledger_server, npm_installed
 from wire import ROOT, sdk2_python
 
 SUITE = ROOT / "tests" / "official_conformance"
@@ -70,12 +70,6 @@ WHY = {
 }
 
 
-def installed() -> None:
-    """The suite and its Node.js, exactly as the lockfile pins them: `npm ci` unless they are there."""
-    if not NODE.exists() or not CONFORMANCE.is_dir():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=SUITE, check=True, timeout=600)
-
-
 def suite(*arguments: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """Run the pinned suite's command line under the pinned Node.js."""
     command = [str(NODE), str(CONFORMANCE / "dist" / "index.js"), *arguments]
@@ -112,7 +106,7 @@ def servers(folder: Path) -> list[list[str]]:
 
 def measured() -> dict:
     """Every task scenario against both servers: {"version", "scenarios": {scenario: {"ledger", "fixtures"}}}."""
-    installed()
+    npm_installed(SUITE)
     results: dict = {"version": version(), "scenarios": {}}
     with tempfile.TemporaryDirectory() as folder, http_servers(servers(Path(folder))) as (ledger, fixtures):
         for scenario in task_scenarios():

@@ -4,7 +4,7 @@
     python3 tests/placement_table.py --write    # measure, and put the table in docs/placement.md
 
 It runs tests/placement_sdk2.py (mcp 2.x, in .venv-2x) and tests/interop/placement_ts.mjs (the TypeScript
-SDKs its lockfile pins; `npm ci` first if nothing is installed), the latter against the 2.x ledger server
+SDKs its lockfile pins; `npm ci` first unless installed from it), the latter against the 2.x ledger server
 started over HTTP in each placement. Every yes or no in the table is what that run saw; the "how" beside it
 names the API the measuring code used, and its lines are counted in those two files.
 """
@@ -14,7 +14,7 @@ import json
 import subprocess
 import sys
 
-from kit_targets import http_servers, ledger_server
+from kit_targets import http_servers, ledger_server, npm_installed
 from wire import ROOT, sdk2_python
 
 INTEROP = ROOT / "tests" / "interop"
@@ -38,8 +38,7 @@ def measured_python() -> dict:
 
 def measured_typescript() -> dict:
     """The TypeScript SDKs, both placements, from placement_ts.mjs against the ledger server in each placement."""
-    if not (INTEROP / "node_modules").is_dir():  # as tests/interop/run.sh does: only what the lockfile pins
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=INTEROP, check=True, timeout=300)
+    npm_installed(INTEROP)
     servers = [[*ledger_server(), "--store", "memory", "--placement", placement] for placement in PLACEMENTS]
     with http_servers(servers) as urls:
         ran = subprocess.run(

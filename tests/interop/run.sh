@@ -21,7 +21,8 @@ CLIENT_SECONDS=120  # a whole client run; the SDKs' own request timeout is 60 s
 READY_SECONDS=20    # for a server to accept connections
 STOP_SECONDS=5      # for a server to exit on SIGTERM, before SIGKILL
 
-[ -d "$here/node_modules" ] || (cd "$here" && npm ci --no-audit --no-fund --silent)
+# What the lockfile pins, installed again if it changed since (npm writes node_modules/.package-lock.json).
+[ "$here/node_modules/.package-lock.json" -nt "$here/package-lock.json" ] || (cd "$here" && npm ci --no-audit --no-fund --silent)
 
 tmp=$(mktemp -d)
 server=""  # the one 2.x server running, if any
