@@ -399,8 +399,9 @@ class Http(Connection):
 
 
 def answer_in_stream(body: str, request_id) -> str:
-    """The JSON-RPC response in a text/event-stream body (a 2025 server may answer so)."""
-    for event in body.split("\n\n"):
+    """The JSON-RPC response in a text/event-stream body (a 2025 server may answer so, a 2026 one too). SSE lines
+    end in CRLF, LF or CR: with CRLF, events that come before the answer (progress) would otherwise hide it."""
+    for event in body.replace("\r\n", "\n").replace("\r", "\n").split("\n\n"):
         data = "\n".join(line[5:].lstrip() for line in event.splitlines() if line.startswith("data:"))
         with contextlib.suppress(ValueError):
             message = json.loads(data)
