@@ -1233,9 +1233,10 @@ def conflict_while_running(server: Server) -> dict:
 def cancelled_call_runs_once(server: Server) -> dict:
     """The client gives up (notifications/cancelled on stdio; over HTTP a closed connection, mid-stream where the
     server answers in SSE, which 2026-07-28 makes a cancel) and retries under the same key at once: the original
-    still runs, so the retry is in progress; once it ends, the retry gets its result, and the tool ran once. The
-    call asks for progress, so that a server that reports it has begun its SSE stream when the kit closes it; its
-    details, and any failure, say how the call was given up."""
+    still runs, so the retry is in progress. The kit then only reads the count: the original's charge must land on
+    its own, no keyed retry sent meanwhile (a run the cancel stopped charges only once a retry takes its key over,
+    after a lease). Then the retry gets the result, and the tool ran once. The call asks for progress, so that a
+    server that reports it has begun its SSE stream when the kit closes it; the details say how it was given up."""
     key, before = new_key(), server.count()
     asks_progress = {"_meta": {"progressToken": f"progress-{key}"}}  # each retry sends the same
 
@@ -1246,9 +1247,15 @@ def cancelled_call_runs_once(server: Server) -> dict:
     retry = retried()
     expect(error_type(retry) == IN_PROGRESS, f"{how}; the retry sent at once was not in progress: {retry}")
     deadline = time.monotonic() + server.options.timeout
-    while not succeeded(retry) and time.monotonic() < deadline:
+    while server.count() == before and time.monotonic() < deadline:
         time.sleep(0.25)
-        retry = retried()
+    expect(
+        server.count() == before + 1,
+        f"{how}; {server.count() - before} charges {server.options.timeout:g} s after the cancel, with no retry "
+        "sent meanwhile: the cancelled call did not run to completion",
+    )
+    while not succeeded(retry := retried()) and time.monotonic() < deadline:
+        time.sleep(0.25)  # a server may count the charge a moment before it records the key's outcome
     expect(succeeded(retry), f"{how}; the key never gave a result after the cancel: {retry}")
     expect(
         server.count() == before + 1,
