@@ -19,6 +19,8 @@ the SEP is silent, tests/CONFORMANCE.md's P rows) fail as WARNING.
 Exit status: 0, nothing failed and every check chosen ran in full; 1, a failure
 (or a stale baseline); 2, a wrong command line; 3, nothing failed but a check
 was NOT TESTED (SKIPPED, not baselined), so the run claims no full conformance.
+A check whose rule binds no server like this one (tasks, where it declares none)
+is SKIPPED as not applicable: neither tested nor owed, it leaves the status as is.
 """
 
 import argparse
@@ -51,6 +53,11 @@ SPEC_URL = "https://github.com/modelcontextprotocol/modelcontextprotocol/pull/31
 # the same, the key and the capability are only looked for elsewhere.
 EXTENSION_ID = "com.example.sep3182/idempotency"
 META_KEY = "com.example.sep3182/idempotencyKey"
+# P24: the tasks extension of 2026-07-28 (SEP-2663). A server declares it in capabilities.extensions; a client
+# declares it in each request's own client capabilities, and only such a request may be answered with a task.
+TASKS = "io.modelcontextprotocol/tasks"
+DECLARES_TASKS = {"io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}}}
+TASK_FINISHED = ("completed", "failed", "cancelled")
 
 # The error.data.type values of the SEP's examples (S1a, S3b) and of this project's positions (P2, P9).
 INVALID_KEY = "invalid_idempotency_key"
@@ -89,6 +96,11 @@ class NotRun(Skipped):
         option, what, _ = CREDENTIALS[credential]
         super().__init__(f"not run: needs an HTTP server behind authorisation and {what} ({option})")
         self.credential = credential
+
+
+class NotApplicable(Skipped):
+    """The rule binds no server like this one (it offers no tasks; no tool that asks for input was named): SKIPPED
+    with details.applicable false. Unlike NOT TESTED, it does not make the run exit 3."""
 
 
 class Inconclusive(Exception):
@@ -205,7 +217,8 @@ class Connection:
     def answered(self, request_id) -> bool:
         raise NotImplementedError
 
-    def cancel(self, request_id) -> None:
+    def cancel(self, request_id) -> str:
+        """Give up on a request, as a client does; how it was done (the transport, and over HTTP the response mode)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -296,9 +309,10 @@ class Stdio(Connection):
                 self._file(self.lines.get_nowait())
         return request_id in self.replies
 
-    def cancel(self, request_id) -> None:
+    def cancel(self, request_id) -> str:
         """As the 2.x Python client does on a timeout."""
         self.notify("notifications/cancelled", {"requestId": request_id, "reason": "timed out"})
+        return "stdio: notifications/cancelled"
 
     def log(self) -> str:
         self.stderr.seek(0)
@@ -325,6 +339,7 @@ class Http(Connection):
         self.session_id = None  # a 2025 server may hand one out at initialize
         self.answers: dict = {}
         self.sockets: dict = {}
+        self.content_types: dict = {}  # request id -> its response's Content-Type, once the response has begun
 
     def headers(self, text: str) -> dict:
         headers = {
@@ -341,6 +356,8 @@ class Http(Connection):
                 headers["Mcp-Method"] = message["method"]
                 if message["method"] == "tools/call" and isinstance(message["params"].get("name"), str):
                     headers["Mcp-Name"] = message["params"]["name"]
+                if message["method"].startswith("tasks/") and isinstance(message["params"].get("taskId"), str):
+                    headers["Mcp-Name"] = message["params"]["taskId"]  # SEP-2663: the task a request is about
         return headers
 
     def post(self, text: str, request_id=None) -> tuple[int, dict, str]:
@@ -353,6 +370,7 @@ class Http(Connection):
             connection.request("POST", self.url.path or "/", body=text.encode(), headers=self.headers(text))
             response = connection.getresponse()
             headers = {name.lower(): value for name, value in response.getheaders()}
+            self.content_types[request_id] = headers.get("content-type", "")
             body = response.read().decode()
         finally:
             connection.close()
@@ -387,20 +405,26 @@ class Http(Connection):
     def answered(self, request_id) -> bool:
         return not self.answers[request_id].empty()
 
-    def cancel(self, request_id) -> None:
-        """Over HTTP a client that gives up closes the request's connection."""
+    def cancel(self, request_id) -> str:
+        """Over HTTP a client that gives up closes the request's connection: on an SSE response, its stream
+        (2026-07-28 makes that a cancel); on a JSON one, before any of the answer has come."""
         connection = self.sockets.get(request_id)
         if connection is not None and connection.sock is not None:
             with contextlib.suppress(OSError):
                 connection.sock.shutdown(socket.SHUT_RDWR)
+        begun = self.content_types.get(request_id)
+        if begun is None:
+            return "HTTP: closed the connection before the response began (no headers: a JSON answer comes whole)"
+        return f"HTTP: closed the response stream mid-call ({begun.split(';')[0]})"
 
     def close(self) -> None:
         pass  # the kit did not start it
 
 
 def answer_in_stream(body: str, request_id) -> str:
-    """The JSON-RPC response in a text/event-stream body (a 2025 server may answer so)."""
-    for event in body.split("\n\n"):
+    """The JSON-RPC response in a text/event-stream body (a 2025 server may answer so, a 2026 one too). SSE lines
+    end in CRLF, LF or CR: with CRLF, events that come before the answer (progress) would otherwise hide it."""
+    for event in body.replace("\r\n", "\n").replace("\r", "\n").split("\n\n"):
         data = "\n".join(line[5:].lstrip() for line in event.splitlines() if line.startswith("data:"))
         with contextlib.suppress(ValueError):
             message = json.loads(data)
@@ -1108,9 +1132,9 @@ def settle(server: Server) -> None:
     time.sleep(server.options.settle)
 
 
-def slow_call(server: Server, amount, key: str) -> int:
-    """Send a keyed charge to the slow server and wait until it must be running; its request id."""
-    request_id = server.send_charge(amount, key)
+def slow_call(server: Server, amount, key: str, **params) -> int:
+    """Send a keyed charge (with any other `params`) to the slow server and wait until it must be running; its id."""
+    request_id = server.send_call(server.options.charge_tool, server.charge_arguments(amount), key, **params)
     time.sleep(server.options.settle)
     if server.answered(request_id):
         raise Inconclusive(
@@ -1207,20 +1231,38 @@ def conflict_while_running(server: Server) -> dict:
     needs="slow",
 )
 def cancelled_call_runs_once(server: Server) -> dict:
-    """The client gives up (notifications/cancelled on stdio, a closed connection over HTTP) and retries under
-    the same key at once: the original still runs, so the retry is in progress; once it ends, the retry gets
-    its result, and the tool ran once."""
+    """The client gives up (notifications/cancelled on stdio; over HTTP a closed connection, mid-stream where the
+    server answers in SSE, which 2026-07-28 makes a cancel) and retries under the same key at once: the original
+    still runs, so the retry is in progress. The kit then only reads the count: the original's charge must land on
+    its own, no keyed retry sent meanwhile (a run the cancel stopped charges only once a retry takes its key over,
+    after a lease). Then the retry gets the result, and the tool ran once. The call asks for progress, so that a
+    server that reports it has begun its SSE stream when the kit closes it; the details say how it was given up."""
     key, before = new_key(), server.count()
-    server.cancel(slow_call(server, 100, key))
-    retry = server.charge(100, key)
-    expect(error_type(retry) == IN_PROGRESS, f"the retry sent at once was not in progress: {retry}")
+    asks_progress = {"_meta": {"progressToken": f"progress-{key}"}}  # each retry sends the same
+
+    def retried() -> dict:
+        return server.call(server.options.charge_tool, server.charge_arguments(100), key, **asks_progress)
+
+    how = server.cancel(slow_call(server, 100, key, **asks_progress))
+    retry = retried()
+    expect(error_type(retry) == IN_PROGRESS, f"{how}; the retry sent at once was not in progress: {retry}")
     deadline = time.monotonic() + server.options.timeout
-    while not succeeded(retry) and time.monotonic() < deadline:
+    while server.count() == before and time.monotonic() < deadline:
         time.sleep(0.25)
-        retry = server.charge(100, key)
-    expect(succeeded(retry), f"the key never gave a result after the cancel: {retry}")
-    expect(server.count() == before + 1, f"the cancelled call and its retries charged {server.count() - before} times")
-    expect(server.alive(), "the server stopped answering")
+    expect(
+        server.count() == before + 1,
+        f"{how}; {server.count() - before} charges {server.options.timeout:g} s after the cancel, with no retry "
+        "sent meanwhile: the cancelled call did not run to completion",
+    )
+    while not succeeded(retry := retried()) and time.monotonic() < deadline:
+        time.sleep(0.25)  # a server may count the charge a moment before it records the key's outcome
+    expect(succeeded(retry), f"{how}; the key never gave a result after the cancel: {retry}")
+    expect(
+        server.count() == before + 1,
+        f"{how}; the cancelled call and its retries charged {server.count() - before} times",
+    )
+    expect(server.alive(), f"{how}; the server stopped answering")
+    return {"cancelledBy": how}
 
 
 # --- R1, R5: retention (a server whose window the kit can wait out) -------------
@@ -1455,6 +1497,150 @@ def replay_across_revisions(server: Server) -> dict:
     expect(replay.get("result", {}).get("content") == original["result"]["content"], f"the retry: {replay}")
 
 
+# --- P24, P25: a task handle, an input-required answer (2026-07-28) ---------------
+
+
+def of_the_modern_revision(server: Server, what: str) -> None:
+    """NotApplicable unless the server was spoken to on 2026-07-28, the only revision that defines `what`."""
+    if server.opening["revision"] != MODERN:
+        raise NotApplicable(f"{what} is {MODERN}'s; the server was spoken to on {server.opening['revision']}")
+
+
+def task_call(server: Server, key: str) -> dict:
+    """A keyed charge from a client that declares the tasks extension, as SEP-2663 asks of each request."""
+    return server.call(server.options.charge_tool, server.charge_arguments(100), key, _meta=DECLARES_TASKS)
+
+
+def task_id(response: dict):
+    """The task id of a CreateTaskResult (resultType "task"), or None for any other answer."""
+    result = response.get("result") or {}
+    return result.get("taskId") if result.get("resultType") == "task" else None
+
+
+def finished_task(server: Server, handle: str) -> dict:
+    """Poll tasks/get, as a client does (over HTTP with Mcp-Name: the task id), until the task has finished."""
+    deadline = time.monotonic() + server.options.timeout
+    while True:
+        answer = server.request("tasks/get", {"taskId": handle, "_meta": DECLARES_TASKS})
+        task = answer.get("result")
+        expect(isinstance(task, dict), f"tasks/get of the key's task {handle} failed: {answer}")
+        if task.get("status") in TASK_FINISHED:
+            return task
+        expect(time.monotonic() < deadline, f"the key's task {handle} did not finish in {server.options.timeout:g} s")
+        time.sleep(min(max(task.get("pollIntervalMs") or 100, 50), 1000) / 1000)
+
+
+@check(
+    "task-handle-replayed",
+    "a keyed call answered with a task gets the same task handle on its retry: one task, one run",
+    "MUST",
+    ["S0", "S2", "L7", "P24"],
+)
+def task_handle_replayed(server: Server) -> dict:
+    """SEP-2663 (the tasks extension of 2026-07-28) has the server mint the task id, so a client whose
+    CreateTaskResult was lost sends the same call again. Under one key, that retry is the same request (_meta, where
+    the extension is declared, is not compared): it must get the handle the call produced (S2), not a second task,
+    while the task works and after it has finished, and the tool runs once (S0). The kit sees no task list: one
+    handle for every retry and one charge are what a client can see of "one task". Not applicable to a server that
+    declares no tasks extension, which answers no call with a task."""
+    of_the_modern_revision(server, "the tasks extension")
+    if not isinstance((server.opening["capabilities"].get("extensions") or {}).get(TASKS), dict):
+        raise NotApplicable(f"the server declares no tasks extension (capabilities.extensions[{TASKS}])")
+    key, before = new_key(), server.count()
+    first = task_call(server, key)
+    expect("error" not in first, f"the keyed charge that declares the tasks extension was refused: {first}")
+    handle = task_id(first)
+    if handle is None:
+        raise PartlyRun(
+            "a lost task handle under a key (L7, P24)",
+            "give --charge-tool a tool the server runs as a task",
+            f"the server declares {TASKS}, but answered the charge tool at once: {json.dumps(first)[:160]}",
+        )
+    resent = task_call(server, key)  # the CreateTaskResult was lost: the very same call again
+    expect(task_id(resent) == handle, f"the retry did not get the task handle {handle}: {json.dumps(resent)[:300]}")
+    task = finished_task(server, handle)
+    expect(task["status"] == "completed", f"the key's task ended {task['status']}: {json.dumps(task)[:300]}")
+    later = task_call(server, key)
+    expect(task_id(later) == handle, f"once the task had finished, the retry got {json.dumps(later)[:300]}")
+    expect(server.count() == before + 1, f"one keyed task call and two retries charged {server.count() - before} times")
+    return {"taskId": handle}
+
+
+def asks_for_input(response: dict) -> bool:
+    """Is this answer an input-required result (2026-07-28: resultType "input_required")?"""
+    return (response.get("result") or {}).get("resultType") == "input_required"
+
+
+PLAIN_ANSWERS = {"boolean": True, "integer": 1, "number": 1, "string": "yes"}
+
+
+def plain_answer(field: dict):
+    """What a user who says yes puts in a form field: its enum's first value, else a plain value of its type."""
+    return (field.get("enum") or [PLAIN_ANSWERS.get(field.get("type"), "yes")])[0]
+
+
+def input_responses(server: Server, question: dict) -> dict:
+    """The client's answers to an input-required result: each form elicitation accepted, every field filled with a
+    plain value (an enum's first), as a user who says yes would; the kit answers no other kind of request."""
+    responses = {}
+    for name, request in ((question.get("result") or {}).get("inputRequests") or {}).items():
+        if request.get("method") != "elicitation/create":
+            raise PartlyRun(
+                "an input-required answer under a key (E8, P25)",
+                "give --input-required-tool a tool whose questions are form elicitations",
+                f"{server.options.input_required_tool} asked {request.get('method')!r}, which the kit cannot answer",
+            )
+        schema = (request.get("params") or {}).get("requestedSchema") or {}
+        content = {field: plain_answer(spec) for field, spec in (schema.get("properties") or {}).items()}
+        responses[name] = {"action": "accept", "content": content}
+    return responses
+
+
+@check(
+    "input-required-never-replayed",
+    "an input-required answer is never kept as the key's outcome: the keyed continuation runs, once",
+    "POSITION",
+    ["E8", "L3", "L4", "P25"],
+)
+def input_required_never_replayed(server: Server) -> dict:
+    """P25: a keyed call of the tool named by --input-required-tool is asked a question (an input-required result,
+    2026-07-28); the same keyed call again is asked again, nothing run. A question replayed from a record is not
+    told apart from a fresh one on the wire (its requestState may be resealed on each answer), so the continuation
+    tells: under the same key, with the same arguments, inputResponses and the echoed requestState, it must run and
+    charge, not get the question back; and its retry, after a lost answer, replays the charge without charging
+    again. Not applicable without --input-required-tool: the kit cannot know which tool of a server asks first."""
+    tool = server.options.input_required_tool
+    if tool is None:
+        raise NotApplicable("no tool that asks for input first was named (--input-required-tool)")
+    of_the_modern_revision(server, "an input_required result")
+    untested = "an input-required answer under a key (E8, P25)"
+    if tool not in server.tools:
+        raise PartlyRun(untested, "give --input-required-tool a tool the server lists", f"it lists no {tool}")
+    key, before, arguments = new_key(), server.count(), server.charge_arguments(100)
+    asked = server.call(tool, arguments, key)
+    if not asks_for_input(asked):
+        raise PartlyRun(untested, "give --input-required-tool a tool that asks first", f"{tool} answered {asked}")
+    again = server.call(tool, arguments, key)
+    expect(asks_for_input(again), f"the same keyed call, sent again, was not asked again: {json.dumps(again)[:300]}")
+    expect(server.count() == before, "a keyed call that was only asked a question charged")
+    continuation = {"inputResponses": input_responses(server, again)}
+    if "requestState" in again["result"]:
+        continuation["requestState"] = again["result"]["requestState"]
+    charged = server.call(tool, arguments, key, **continuation)
+    expect(
+        not asks_for_input(charged),
+        "the keyed continuation got the question back: the question was kept as the key's outcome and replayed",
+    )
+    expect(
+        succeeded(charged) and server.count() == before + 1,
+        f"the keyed continuation did not charge once ({server.count() - before} charges): {json.dumps(charged)[:300]}",
+    )
+    retried = server.call(tool, arguments, key, **continuation)  # the charging leg's answer was lost
+    expect(server.count() == before + 1, "the keyed continuation's retry charged again")
+    expect(retried.get("result") == charged["result"], f"the keyed continuation's retry differs: {retried}")
+    return {"tool": tool}
+
+
 # --- K1-K3, P21, P22: whose key it is (a server behind authorisation) -----------
 
 
@@ -1621,6 +1807,8 @@ def run_one(check: Check, server: Server) -> dict:
         return result(check, "SKIPPED", {"credential": why.credential}, error=str(why))
     except PartlyRun as why:
         return result(check, "SKIPPED", {"untested": why.untested, "option": why.option}, error=str(why))
+    except NotApplicable as why:
+        return result(check, "SKIPPED", {"applicable": False}, error=f"not applicable: {why}")
     except Skipped as why:
         return result(check, "SKIPPED", error=str(why))
     except (Inconclusive, ShouldUnmet) as why:
@@ -1716,8 +1904,18 @@ def exit_status(results: list, baseline: set) -> tuple[int, list]:
             problems.append(f"stale baseline: {entry['id']} passes now; remove it from the expected failures")
     if problems:
         return FAILED_RUN, problems
-    untested = any(entry["status"] == "SKIPPED" and entry["id"] not in baseline for entry in results)
+    untested = any(not_tested(entry) and entry["id"] not in baseline for entry in results)
     return (NOT_ALL_TESTED if untested else 0), problems
+
+
+def applicable(entry: dict) -> bool:
+    """Does the check's rule bind this server? (NotApplicable: it offers no tasks, or names no tool that asks.)"""
+    return (entry.get("details") or {}).get("applicable", True)
+
+
+def not_tested(entry: dict) -> bool:
+    """SKIPPED for want of something the kit needed (a server, a credential, a tool), not because no rule applied."""
+    return entry["status"] == "SKIPPED" and applicable(entry)
 
 
 def load_requirements(path: Path) -> dict:
@@ -1783,6 +1981,11 @@ def parse_args(argv=None):
     contract.add_argument("--count-tool", default="get_balance", help="the tool that reads the count")
     contract.add_argument("--count-field", default="charges", help="the count's member in that tool's JSON")
     contract.add_argument("--other-tool", default="charge_unguarded", help="another tool taking the same arguments")
+    contract.add_argument(
+        "--input-required-tool",
+        metavar="NAME",
+        help="a tool taking the same arguments that asks for input (input_required, 2026-07-28) before it charges",
+    )
     parser.add_argument(
         "--revision",
         choices=["auto", MODERN, HANDSHAKE],
@@ -1851,12 +2054,12 @@ def main(argv=None) -> int:
     status, problems = exit_status(results, baseline)
     for problem in problems:
         print(problem)
-    tally = {
-        name: sum(entry["status"] == name for entry in results) for name in ("SUCCESS", "FAILURE", "WARNING", "SKIPPED")
-    }
+    tally = {name: sum(entry["status"] == name for entry in results) for name in ("SUCCESS", "FAILURE", "WARNING")}
+    skipped = sum(not_tested(entry) for entry in results)
+    inapplicable = sum(not applicable(entry) for entry in results)
     print(
         f"sep-3182: {tally['SUCCESS']} passed, {tally['FAILURE']} failed, {tally['WARNING']} warnings, "
-        f"{tally['SKIPPED']} skipped{not_run(results)}"
+        f"{skipped} skipped{f', {inapplicable} not applicable' if inapplicable else ''}{not_run(results)}"
     )
     return status
 

@@ -43,6 +43,8 @@ VARIANTS = {
 }
 READY_SECONDS = 20
 META = ["--placement", "meta"]  # P26 on the server's command line, and the same on the kit's
+# P25: the 2.x ledger server's tool that asks the user to confirm before it charges (2026-07-28).
+ASKS_FIRST = ["--input-required-tool", "charge_confirmed"]
 
 
 def python_2x(script: str) -> list[str]:
@@ -63,20 +65,18 @@ def typescript_server() -> list[str]:
 # name -> (column title, transport, the server's command, extra kit options)
 TARGETS = {
     "1x-stdio": ("1.x stdio", "stdio", lambda: [PYTHON_1X, str(ROOT / "server.py")], []),
-    "2x-stdio": ("2.x stdio", "stdio", ledger_server, []),
-    "2x-http": ("2.x HTTP", "http", ledger_server, []),
+    "2x-stdio": ("2.x stdio", "stdio", ledger_server, ASKS_FIRST),
+    "2x-http": ("2.x HTTP", "http", ledger_server, ASKS_FIRST),
     "2x-http-2025": ("2.x HTTP, 2025 handshake", "http", ledger_server, ["--revision", "2025-11-25"]),
-    "2x-http-auth": ("2.x HTTP, authorisation", "http", ledger_server, []),
+    "2x-http-auth": ("2.x HTTP, authorisation", "http", ledger_server, ASKS_FIRST),
     # Closing an SSE response stream is cancellation (2026-07-28): the kit's cancel checks meet it.
-    "2x-http-sse": ("2.x HTTP, SSE", "http", lambda: [*ledger_server(), "--sse"], []),
+    "2x-http-sse": ("2.x HTTP, SSE", "http", lambda: [*ledger_server(), "--sse"], ASKS_FIRST),
     # P26: the key as an extension, in request _meta, and the capability in capabilities.extensions.
-    "2x-stdio-meta": (
-        "2.x stdio, _meta placement",
-        "stdio",
-        lambda: [*ledger_server(), *META],
-        ["--placement", "meta"],
-    ),
-    "2x-http-meta": ("2.x HTTP, _meta placement", "http", lambda: [*ledger_server(), *META], ["--placement", "meta"]),
+    "2x-stdio-meta": ("2.x stdio, _meta placement", "stdio", lambda: [*ledger_server(), *META], [*META, *ASKS_FIRST]),
+    "2x-http-meta": ("2.x HTTP, _meta placement", "http", lambda: [*ledger_server(), *META], [*META, *ASKS_FIRST]),
+    # P24: the charges run as tasks for a request that declares the extension (a SQL store: with_store).
+    "2x-stdio-tasks": ("2.x stdio, tasks", "stdio", lambda: [*ledger_server(), "--tasks"], ASKS_FIRST),
+    "2x-http-tasks": ("2.x HTTP, tasks", "http", lambda: [*ledger_server(), "--tasks"], ASKS_FIRST),
     "ts-stdio": ("TS stdio", "stdio", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
     "ts-http": ("TS HTTP", "http", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
     "ts-stdio-meta": ("TS stdio, _meta placement", "stdio", lambda: [*typescript_server(), *META], META),
@@ -179,6 +179,12 @@ STAND_INS = {
     "never-bounds-a-running-record": ("never_bounds_a_running_record.py", {"running-record-bounded"}),
     # Issue 26: one principal may fill the whole store.
     "bounds-only-the-whole-store": ("bounds_only_the_whole_store.py", {"share-per-principal"}),
+    # Issue 24: a lost task handle, an input-required answer, the key's placement, a closed SSE stream.
+    "makes-a-task-per-call": ("makes_a_task_per_call.py", {"task-handle-replayed"}),
+    "keeps-the-question": ("keeps_the_question.py", {"input-required-never-replayed"}),
+    "reads-the-key-in-both-places": ("reads_the_key_in_both_places.py", {"key-only-in-params"}),
+    "reads-the-key-in-both-places-meta": ("reads_the_key_in_both_places.py", {"key-only-in-params"}),
+    "stops-its-run-when-the-stream-closes": ("stops_its_run_when_the_stream_closes.py", {"cancelled-call-runs-once"}),
 }
 
 # Behind authorisation (mcp_idempotency/auth.py): served over HTTP, trusting the real issuer (tests/oauth.py),
@@ -191,12 +197,24 @@ AUTHORISED = {
     "bounds-only-the-whole-store",
 }
 SHARE_OF_THE_BOUNDED = ["--max-records-per-principal", "2"]
+# The stand-ins served otherwise than on stdio with no options: (transport, the server's options, the kit's).
+SERVED = {
+    "makes-a-task-per-call": ("stdio", ["--tasks"], []),
+    "keeps-the-question": ("stdio", [], ASKS_FIRST),
+    "reads-the-key-in-both-places-meta": ("stdio", META, META),  # fails the same check in the other placement
+    "stops-its-run-when-the-stream-closes": ("http", ["--sse"], []),  # its stream is closed mid-call (P7)
+    **{name: ("http", [], []) for name in AUTHORISED if name in STAND_INS},
+}
 for name, (script, _) in STAND_INS.items():
+    transport, server_options, kit_options = SERVED.get(name, ("stdio", [], []))
     TARGETS[name] = (
         name,
-        "http" if name in AUTHORISED else "stdio",
-        lambda script=script: python_2x(f"tests/stand_ins/{script}"),
-        [],
+        transport,
+        lambda script=script, server_options=server_options: [
+            *python_2x(f"tests/stand_ins/{script}"),
+            *server_options,
+        ],
+        kit_options,
     )
 
 ISSUE_25_CHECKS = [
@@ -209,9 +227,11 @@ ISSUE_25_CHECKS = [
 
 def with_store(command: list[str], folder: Path, variant: str, memory: bool) -> list[str]:
     """The 2.x servers and stand-ins get a store of their own per variant, each empty at first: a SQLite file, or
-    the process's memory (a stand-in's rule is the layer's, whatever the store)."""
-    if command[1:3] == SDK2_SERVER or "stand_ins" in command[-1]:
-        return [*command, "--store", "memory" if memory else f"sqlite:{folder / (variant or 'main')}.db"]
+    the process's memory (a stand-in's rule is the layer's, whatever the store), but with --tasks, whose tasks
+    live in a SQL store."""
+    if command[1:3] == SDK2_SERVER or "stand_ins" in command[1]:
+        in_memory = memory and "--tasks" not in command
+        return [*command, "--store", "memory" if in_memory else f"sqlite:{folder / (variant or 'main')}.db"]
     return command
 
 
@@ -369,7 +389,8 @@ def table(runs: dict) -> str:
     short = {"SUCCESS": "pass", "FAILURE": "**FAIL**", "WARNING": "*warn*", "SKIPPED": "skip", "INFO": "info"}
     lines = ["| check | " + " | ".join(TARGETS[name][0] for name in names) + " |", "|---|" + "---|" * len(names)]
     for check_id in ids:
-        cells = [short[next(e["status"] for e in runs[name] if e["id"] == check_id)] for name in names]
+        entries = [next(e for e in runs[name] if e["id"] == check_id) for name in names]
+        cells = [short[entry["status"]] if kit.applicable(entry) else "n/a" for entry in entries]
         lines.append(f"| `{check_id}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

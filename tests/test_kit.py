@@ -111,6 +111,14 @@ def test_baseline_is_read_in_the_official_shape(tmp_path):
     assert kit.read_baseline(baseline) == {"sep-3182-a", "sep-3182-b", "sep-3182-c"}
 
 
+@pytest.mark.parametrize("newline", ["\r\n", "\n", "\r"], ids=["crlf", "lf", "cr"])
+def test_an_sse_answer_after_a_progress_event_is_read_whatever_ends_its_lines(newline):
+    """SSE lines end in CRLF, LF or CR (the 2.x server sends CRLF): the answer after a progress event is found."""
+    events = ['data: {"jsonrpc":"2.0","method":"notifications/progress","params":{}}', 'data: {"jsonrpc":"2.0","id":7}']
+    body = newline.join(line for event in events for line in ("event: message", event, "")) + newline
+    assert json.loads(kit.answer_in_stream(body, 7)) == {"jsonrpc": "2.0", "id": 7}
+
+
 # ----------------------------------------------------------------------------
 # The command line, end to end
 # ----------------------------------------------------------------------------

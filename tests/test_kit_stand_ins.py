@@ -70,6 +70,20 @@ def test_issue_25_checks_pass_on_the_2x_server_and_retryable_spoils_no_shape_che
     assert all(not entry["details"].get("unshaped") for entry in results), output
 
 
+# Issue 24: a lost task handle (P24) and an input-required answer (P25), each with its stand-in above.
+TASK_CHECK, INPUT_REQUIRED_CHECK = "sep-3182-task-handle-replayed", "sep-3182-input-required-never-replayed"
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name", ["2x-stdio-tasks", "2x-http-tasks"])
+def test_task_and_input_required_checks_pass_on_the_2x_server_that_offers_both(name):
+    """The other half of makes-a-task-per-call and keeps-the-question: the ledger server with --tasks, its
+    charge_confirmed named, passes both (over HTTP, tasks/get carries the task id in Mcp-Name)."""
+    checks = [TASK_CHECK, INPUT_REQUIRED_CHECK]
+    results, output = kit_targets.run_kit(name, checks)
+    assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(checks, "SUCCESS"), output
+
+
 def run(*options: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(KIT), *options, "--timeout", "20"], capture_output=True, text=True, timeout=120, cwd=ROOT
@@ -201,3 +215,60 @@ def test_an_oversized_key_echoed_only_in_the_conflict_answer_is_caught_on_the_co
     said = "the same key with other arguments' answer is "
     assert entry["errorMessage"].startswith(said), ran.stdout
     assert int(entry["errorMessage"].removeprefix(said).split()[0]) > 1024 * 1024, ran.stdout
+
+
+def test_a_server_that_offers_no_tasks_and_names_no_asking_tool_is_not_applicable_and_the_run_exits_0(tmp_path):
+    """The rules of P24 and P25 bind a server that answers with tasks or questions: this one (no --tasks, no
+    --input-required-tool) neither fails them nor is left NOT TESTED; the summary counts them apart."""
+    checks = ["sep-3182-repeat-executes-once", TASK_CHECK, INPUT_REQUIRED_CHECK]
+    ran = run(
+        "--command", ledger(tmp_path), *[o for c in checks for o in ("--check", c)], "--json", str(tmp_path / "c.json")
+    )
+    report = {entry["id"]: entry for entry in json.loads((tmp_path / "c.json").read_text())}
+    for check in (TASK_CHECK, INPUT_REQUIRED_CHECK):
+        assert report[check]["status"] == "SKIPPED" and report[check]["details"]["applicable"] is False, ran.stdout
+        assert report[check]["errorMessage"].startswith("not applicable: "), ran.stdout
+    assert "io.modelcontextprotocol/tasks" in report[TASK_CHECK]["errorMessage"]
+    assert "--input-required-tool" in report[INPUT_REQUIRED_CHECK]["errorMessage"]
+    assert ran.stdout.splitlines()[-1] == "sep-3182: 1 passed, 0 failed, 0 warnings, 0 skipped, 2 not applicable"
+    assert ran.returncode == 0, ran.stdout
+
+
+@pytest.mark.parametrize(
+    ("server_options", "kit_options", "check", "untested"),
+    [
+        pytest.param(
+            ["--tasks"],
+            ["--charge-tool", "charge_confirmed"],
+            TASK_CHECK,
+            "a lost task handle under a key (L7, P24)",
+            id="tasks_offered_but_the_charge_tool_is_no_task",
+        ),
+        pytest.param(
+            [],
+            ["--input-required-tool", "no_such_tool"],
+            INPUT_REQUIRED_CHECK,
+            "an input-required answer under a key (E8, P25)",
+            id="an_asking_tool_named_that_the_server_lacks",
+        ),
+    ],
+)
+def test_a_server_that_has_the_feature_but_not_the_kits_fixture_is_not_tested_and_the_run_exits_3(
+    tmp_path, server_options, kit_options, check, untested
+):
+    """Where the rule binds the server but the kit lacked what it needs, the check is NOT TESTED, never not
+    applicable: the summary names what to give, and the run exits 3."""
+    ran = run(
+        "--command",
+        ledger(tmp_path, *server_options),
+        *kit_options,
+        "--check",
+        check,
+        "--json",
+        str(tmp_path / "c.json"),
+    )
+    (entry,) = json.loads((tmp_path / "c.json").read_text())
+    assert entry["status"] == "SKIPPED" and entry["errorMessage"].startswith("NOT TESTED: "), ran.stdout
+    assert "applicable" not in entry["details"], ran.stdout
+    assert f"; {untested} NOT tested (give --" in ran.stdout.splitlines()[-1], ran.stdout
+    assert ran.returncode == kit.NOT_ALL_TESTED, ran.stdout

@@ -321,9 +321,7 @@ class Idempotency:
     ) -> dict[str, Any]:
         """P4.1, P6', P7, P17, P18, P23: run the tool to completion and record its outcome with its side effect."""
         log.debug("claimed: key=%r tool=%s", key, ctx.params["name"])
-        # P7: a cancel (the 2.x client sends one on a stdio timeout) or a vanished
-        # client must not stop a keyed execution half way.
-        with anyio.CancelScope(shield=True):
+        with self.run_scope():
             try:
                 outcome, recorded_now = await self.run_and_record(ctx, call_next, key, store_key, fingerprint)
             except AsksAgain as asked:  # P6', P25: sent as it is, not recorded: the next leg claims the key
@@ -353,6 +351,17 @@ class Idempotency:
             raise outcome
         return outcome
 
+    def run_scope(self) -> anyio.CancelScope:
+        """P7: the scope a keyed run runs in: shielded, so that it runs to completion and is recorded."""
+        # A cancel (the 2.x client sends one on a stdio timeout), a closed SSE response
+        # stream (2026-07-28 makes that a cancel) or a vanished client must not stop a
+        # keyed execution half way: its retry would find the key released, or held.
+        return anyio.CancelScope(shield=True)
+
+    def never_kept(self, outcome: Outcome) -> bool:
+        """P6', P25: is this an outcome that asks for the request again (-32042, input required), never recorded?"""
+        return asks_again(outcome)
+
     async def run_and_record(
         self, ctx: Any, call_next: CallNext, key: str, store_key: str, fingerprint: bytes
     ) -> tuple[Outcome, bool]:
@@ -365,7 +374,7 @@ class Idempotency:
                 # P23: the store failed under the tool (the SDK made that an isError
                 # result): that is no outcome of the tool's, and nothing is recorded.
                 raise StoreUnavailable("the unit of work failed") from tx.failure
-            if asks_again(outcome):
+            if self.never_kept(outcome):
                 raise AsksAgain(outcome)  # rolls the unit of work back; run_once gives the key back
             outcome, text = recorded_as(outcome, key, ctx.protocol_version)
             # P18: sent with the commit, which happens once, as the unit of work ends: the

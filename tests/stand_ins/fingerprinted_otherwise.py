@@ -1,5 +1,5 @@
-"""What the stand-ins whose fingerprint differs from the layer's share (not a stand-in itself): the layer
-fingerprints the params as `seen` makes them, and the tool still gets them as they were sent."""
+"""What the stand-ins whose fingerprint, or key, differs from the layer's share (not a stand-in itself): the layer
+reads the key and fingerprints the params as `seen` makes them, and the tool still gets them as they were sent."""
 
 from typing import Any
 
@@ -10,7 +10,7 @@ class FingerprintedOtherwise(Idempotency):
     """The layer, shown other params than the tool gets: only what it decides from them changes."""
 
     def seen(self, params: dict[str, Any]) -> dict[str, Any]:
-        """The params as this stand-in's fingerprint reads them; each stand-in overrides it."""
+        """The params as this stand-in's layer reads them (key and fingerprint); each stand-in overrides it."""
         raise NotImplementedError
 
     async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:

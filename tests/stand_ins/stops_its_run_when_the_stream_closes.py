@@ -1,0 +1,19 @@
+"""A stand-in for the 2.x ledger server that breaks one rule: a keyed run is not shielded (P7), so a client that
+cancels, or closes its SSE response stream mid-call (2026-07-28 makes that a cancel), stops the charge half way.
+Its retry, sent at once, is not told the call is in progress: it finds the key given back and runs anew, or held
+until its lease ends, with no outcome to replay."""
+
+import anyio
+
+from mcp_idempotency.demo import ledger_server
+from mcp_idempotency.layer import Idempotency
+
+
+class StopsItsRunWhenTheStreamCloses(Idempotency):
+    """The layer, running each keyed call in a scope that any cancel reaches."""
+
+    def run_scope(self) -> anyio.CancelScope:
+        return anyio.CancelScope()
+
+
+ledger_server.main(StopsItsRunWhenTheStreamCloses)
