@@ -174,6 +174,10 @@ class StdioCaller:
         pass
 
 
+# What sending on a kept-alive connection the server has closed meanwhile raises.
+STALE_CONNECTION = (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected)
+
+
 class HttpCaller:
     """Charges over one kept-alive HTTP connection to a 2.x server, as the SDK's own client (httpx) sends them."""
 
@@ -189,8 +193,16 @@ class HttpCaller:
         if key is not ABSENT:
             params["idempotencyKey"] = key
         message = with_envelope({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": params})
-        self.connection.request("POST", "/mcp", json.dumps(message).encode(), self.wire.headers(message))
-        return self.connection.getresponse().read().decode()
+        body, headers = json.dumps(message).encode(), self.wire.headers(message)
+        try:
+            self.connection.request("POST", "/mcp", body, headers)
+            return self.connection.getresponse().read().decode()
+        except STALE_CONNECTION:
+            # The server closed the connection while it sat idle (uvicorn keeps one alive 5 s),
+            # so the request never reached it: sent again on a new one, as httpx does.
+            self.connection.close()
+            self.connection.request("POST", "/mcp", body, headers)
+            return self.connection.getresponse().read().decode()
 
     def close(self) -> None:
         self.connection.close()
