@@ -9,7 +9,8 @@ import pytest
 from wire import ROOT
 
 # Two minutes or so for the two (some thirty servers and an issuer start): in the slow set.
-pytestmark = [pytest.mark.targets("1x-stdio", "2x-stdio", "2x-http"), pytest.mark.slow]
+# serial: the benchmark's timing loops, so CI runs it alone.
+pytestmark = [pytest.mark.targets("1x-stdio", "2x-stdio", "2x-http"), pytest.mark.slow, pytest.mark.serial]
 
 BENCH = ROOT / "benchmarks" / "bench.py"
 # Counts that take the harness through every section in well under a minute.

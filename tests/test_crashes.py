@@ -35,7 +35,8 @@ import pytest
 from stores import audit, decisions, read_store
 from wire import IN_PROGRESS, REPLY_TIMEOUT, error_type, start, start_together, text_of
 
-pytestmark = pytest.mark.targets("2x-http")
+# serial: SIGKILL at each phase, timed against leases, so CI runs it alone.
+pytestmark = [pytest.mark.targets("2x-http"), pytest.mark.serial]
 
 FAULTS = Path(__file__).resolve().parent / "faults"
 PHASES = ["before-claim-commit", "after-claim", "after-charge", "after-commit"]

@@ -33,7 +33,9 @@ from replica import Cluster, query, replica_sh
 from stores import CHARGED, decisions
 from wire import IN_PROGRESS, ROOT, error_type, start, text_of
 
-pytestmark = pytest.mark.targets("2x-stdio", "2x-http")  # the ledger over both, the outbox over stdio
+# The ledger over both transports, the outbox over stdio.
+# serial: load on a primary stopped mid-run, so CI runs it alone.
+pytestmark = [pytest.mark.targets("2x-stdio", "2x-http"), pytest.mark.serial]
 
 # ----------------------------------------------------------------------------
 # Ground truth, read from the store's tables directly

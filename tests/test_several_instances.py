@@ -33,7 +33,8 @@ from wire import CONFLICT, IN_PROGRESS, error_type, sdk2_python, start, start_to
 
 FAULTS = Path(__file__).resolve().parent / "faults"  # sitecustomize.py: kill or hold a call at a phase
 
-pytestmark = pytest.mark.targets("2x-http")
+# serial: load across instances, so CI runs it alone.
+pytestmark = [pytest.mark.targets("2x-http"), pytest.mark.serial]
 
 INSTANCES = 4
 KEYS = 1000

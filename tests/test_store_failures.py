@@ -25,7 +25,8 @@ import pytest
 from stores import CHARGED, audit, decisions, read_store
 from wire import IN_PROGRESS, REPLY_TIMEOUT, error_type, start, text_of
 
-pytestmark = pytest.mark.targets("2x-http")
+# serial: SIGSTOP, and how long other keys wait meanwhile, measured, so CI runs it alone.
+pytestmark = [pytest.mark.targets("2x-http"), pytest.mark.serial]
 
 FAULTS = Path(__file__).resolve().parent / "faults"
 STORE_UNAVAILABLE = "idempotency_store_unavailable"  # as the wire carries it (P5)

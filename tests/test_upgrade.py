@@ -26,7 +26,8 @@ from wire import SDK2_SERVER, HttpWire, free_port, sdk2_python, start, text_of, 
 
 from mcp_idempotency.rules import fingerprint
 
-pytestmark = pytest.mark.targets("2x-http")
+# serial: load across instances through an upgrade, so CI runs it alone.
+pytestmark = [pytest.mark.targets("2x-http"), pytest.mark.serial]
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 KEY = "order-1"
