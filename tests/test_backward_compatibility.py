@@ -8,7 +8,6 @@ retry charges twice), a strict one refuses it with -32602 and runs nothing; none
 so a client that checks it first (C3) knows not to rely on keys before it sends one."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -16,7 +15,7 @@ import pytest
 from conftest import sdk_session
 from kit_targets import kit
 from mcp.shared.exceptions import McpError
-from wire import REPLY_TIMEOUT, ROOT, sdk2_python
+from wire import REPLY_TIMEOUT, ROOT, policy_client_report, sdk2_python
 
 import client_demo
 
@@ -30,16 +29,7 @@ WITHOUT_THE_FEATURE = ["plain-2x", "plain-1x"]
 
 def sdk2_clients(server: str) -> dict:
     """The 2.x SDK's KeyedCall and retry/policy.py against `server` (tests/compat_client.py's report)."""
-    ran = subprocess.run(
-        [sdk2_python(), str(ROOT / "tests/compat_client.py"), "--", *SERVERS[server]()],
-        env={**os.environ, "PYTHONPATH": str(ROOT / "retry")},  # retry/policy.py, a file to copy, not a package
-        capture_output=True,
-        text=True,
-        timeout=90,
-        cwd=ROOT,
-    )
-    assert ran.returncode == 0, ran.stderr[-2000:]
-    return json.loads(ran.stdout.splitlines()[-1])
+    return policy_client_report("compat_client.py", "--", *SERVERS[server]())
 
 
 def raw_client(server: str) -> dict:

@@ -4,25 +4,14 @@ in a 2.x client (tests/retry_settings_client.py) against a real 2.x server over 
 the layer as issue 25 makes it, with a key length and rejections of its own choosing)."""
 
 import json
-import os
-import subprocess
 
 import pytest
-from wire import ROOT, sdk2_python
+from wire import ROOT, policy_client_report, sdk2_python
 
 
 def run(scenario: str, *server_options: str) -> dict:
     server = [sdk2_python(), str(ROOT / "tests" / "policy_server.py"), "--store", "memory", *server_options]
-    ran = subprocess.run(
-        [sdk2_python(), str(ROOT / "tests" / "retry_settings_client.py"), scenario, "--", *server],
-        env={**os.environ, "PYTHONPATH": str(ROOT / "retry")},  # retry/policy.py, a file to copy, not a package
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert ran.returncode == 0, ran.stderr[-2000:]
-    return json.loads(ran.stdout.splitlines()[-1])
+    return policy_client_report("retry_settings_client.py", scenario, "--", *server, timeout=60)
 
 
 def test_the_policy_reads_both_settings_from_server_discover():

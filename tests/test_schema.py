@@ -7,16 +7,14 @@ their way to a real server (tests/recording_stdio.py), never written out by hand
 (mcp 1.x), retry/policy.py's and the 2.x KeyedCall's (through tests/compat_client.py), and the kit's."""
 
 import json
-import os
 import sqlite3
-import subprocess
 from types import SimpleNamespace
 
 import pytest
 from jsonschema import Draft202012Validator
 from kit_targets import kit
 from test_demo import play
-from wire import ROOT, SDK2_SERVER, Wire, sdk2_python
+from wire import ROOT, SDK2_SERVER, Wire, policy_client_report, sdk2_python
 
 SCHEMA = json.loads((ROOT / "docs" / "schema" / "sep-3182.schema.json").read_text(encoding="utf-8"))
 RECORDER = ROOT / "tests" / "recording_stdio.py"
@@ -153,16 +151,8 @@ def test_the_keyed_requests_retry_policy_and_keyed_call_send_conform(tmp_path):
     """mcp 2.x, 2026-07-28: the SDK's Client sending KeyedCall twice, then retry/policy.py's call_tool twice."""
     record = tmp_path / "sent.jsonl"
     server = [sdk2_python(), str(RECORDER), str(record), "--", sdk2_python(), *SDK2_SERVER, "--store", "memory"]
-    ran = subprocess.run(
-        [sdk2_python(), str(ROOT / "tests" / "compat_client.py"), "--", *server],
-        env={**os.environ, "PYTHONPATH": str(ROOT / "retry")},  # retry/policy.py, a file to copy, not a package
-        capture_output=True,
-        text=True,
-        timeout=90,
-        cwd=ROOT,
-    )
-    assert ran.returncode == 0, ran.stderr[-2000:]
-    assert json.loads(ran.stdout.splitlines()[-1])["policy"]["charges"] == 1  # the policy's second call replayed
+    report = policy_client_report("compat_client.py", "--", *server)
+    assert report["policy"]["charges"] == 1  # the policy's second call replayed
 
     sent = keyed_calls(record)
     assert len(sent) == 4, sent
