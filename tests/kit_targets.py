@@ -417,11 +417,12 @@ README = ROOT / "conformance" / "README.md"
 TABLE_MARKS = ("<!-- results: tests/kit_targets.py --readme writes from here -->", "<!-- to here -->")
 
 
-def with_table(readme: Path, markdown: str) -> None:
-    """Put `markdown` between the README's two TABLE_MARKS, replacing what was there."""
-    text = readme.read_text(encoding="utf-8")
-    start, end = text.index(TABLE_MARKS[0]) + len(TABLE_MARKS[0]), text.index(TABLE_MARKS[1])
-    readme.write_text(f"{text[:start]}\n{markdown}{text[end:]}", encoding="utf-8")
+def with_table(doc: Path, marks: tuple[str, str], markdown: str) -> str:
+    """The text of `doc` with `markdown` between its two `marks`, in place of what was there (for this
+    script's results and for the other scripts that write a measured table into a document)."""
+    text = doc.read_text(encoding="utf-8")
+    start, end = text.index(marks[0]) + len(marks[0]), text.index(marks[1])
+    return f"{text[:start]}\n{markdown}{text[end:]}"
 
 
 def main(argv=None) -> int:
@@ -443,11 +444,11 @@ def main(argv=None) -> int:
         print(output, end="", flush=True)
         problems += problems_of(name, runs[name])
     if options.readme:
-        with_table(
-            README,
+        summary = (
             f"This run: {time.strftime('%Y-%m-%d', time.gmtime())}, kit_targets "
-            f"{'passed' if not problems else 'FAILED: ' + '; '.join(problems)}.\n\n{table(runs)}",
+            f"{'passed' if not problems else 'FAILED: ' + '; '.join(problems)}.\n\n{table(runs)}"
         )
+        README.write_text(with_table(README, TABLE_MARKS, summary), encoding="utf-8")
     print()
     for problem in problems:
         print(problem)

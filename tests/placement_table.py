@@ -14,7 +14,7 @@ import json
 import subprocess
 import sys
 
-from kit_targets import http_servers, ledger_server, npm_installed
+from kit_targets import http_servers, ledger_server, npm_installed, with_table
 from wire import ROOT, sdk2_python
 
 INTEROP = ROOT / "tests" / "interop"
@@ -187,20 +187,13 @@ def table(python: dict, typescript: dict) -> str:
     return "\n".join(head + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
 
-def with_table(markdown: str) -> str:
-    """docs/placement.md with `markdown` between its MARKS."""
-    text = DOC.read_text(encoding="utf-8")
-    start, end = text.index(MARKS[0]) + len(MARKS[0]), text.index(MARKS[1])
-    return f"{text[:start]}\n{markdown}{text[end:]}"
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="put the table in docs/placement.md")
     options = parser.parse_args(argv)
     markdown = table(measured_python(), measured_typescript())
     if options.write:
-        DOC.write_text(with_table(markdown), encoding="utf-8")
+        DOC.write_text(with_table(DOC, MARKS, markdown), encoding="utf-8")
     print(markdown, end="")
     return 0
 

@@ -11,6 +11,7 @@ pass, shows here. Slow: about a minute of the suite, and `npm ci` the first time
 
 import official_conformance_table as official
 import pytest
+from kit_targets import with_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.targets("2x-http")]
 
@@ -44,4 +45,4 @@ def test_the_official_task_scenarios_give_exactly_the_documented_table():
     assert ledger["tasks-extension-advertised"] == ledger["sep-2663-tasks-methods-non-declaring"] == "SUCCESS"
     assert scenarios["tasks-dispatch-and-envelope"]["ledger"]["sep-2663-tasks-get-invalid-task-id-32602"] == "SUCCESS"
     # The doc holds exactly this run's table (python3 tests/official_conformance_table.py --write brings it up to date).
-    assert official.with_table(official.table(results)) == official.DOC.read_text(encoding="utf-8")
+    assert with_table(official.DOC, official.MARKS, official.table(results)) == official.DOC.read_text(encoding="utf-8")
