@@ -92,7 +92,7 @@ def report_authorisation(subjects: dict[tuple[str, str], Subject], postgres: Pos
         rows,
         "Every server ran on a store of its own (a SQLite file, a PostgreSQL database), all of them "
         "measured in one loop, interleaved call by call. With OAuth, the server trusts the real issuer "
-        "(mcp_idempotency.demo.issuer) and every call carries one bearer access token (RS256, both scopes); "
+        "(mcp_idempotency_demo.issuer) and every call carries one bearer access token (RS256, both scopes); "
         "the targets are each store's, as in section 5.",
     )
 

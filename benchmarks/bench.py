@@ -10,7 +10,7 @@
 
 It runs with the mcp 1.x environment (.venv), with tests/ (the wire its servers are
 spoken to through) and the project (client_demo.py) on PYTHONPATH, and starts the
-mcp 2.x server, `python -m mcp_idempotency.demo.ledger_server`, with .venv-2x (or
+mcp 2.x server, `python -m mcp_idempotency_demo.ledger_server`, with .venv-2x (or
 $SEP3182_SDK2_PYTHON), as tests/wire.py does. Every server runs without that
 PYTHONPATH, as a user starts it. Each section is a module of this folder:
 
@@ -172,7 +172,7 @@ def main() -> None:
     emit(
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
         f"mcp {version('mcp')} ({server_path.relative_to(ROOT) if server_path.is_relative_to(ROOT) else server_path})"
-        f", mcp {mcp2} (mcp_idempotency.demo.ledger_server), SQLite {sqlite}, "
+        f", mcp {mcp2} (mcp_idempotency_demo.ledger_server), SQLite {sqlite}, "
         + (f"PostgreSQL {postgres.version}" if postgres.version else "PostgreSQL not measured")
     )
     emit(

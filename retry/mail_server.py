@@ -25,7 +25,7 @@ import mcp_types
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools.base import Tool
 
-from mcp_idempotency.demo import options
+from mcp_idempotency_demo import options
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.probe import sdk_hides_the_key
 

@@ -12,7 +12,7 @@ extension (P26, a mail server started with `--placement meta`) beside the SEP's 
 verdict is read from ground truth (the ledger's `get_balance`, the mail server's
 `outbox`), never from what a tool answered. Exit 0 only if every verdict holds.
 
-Faults are real: the demos' link (mcp_idempotency/demo/harness.py), between the SDK's
+Faults are real: the demos' link (mcp_idempotency_demo/harness.py), between the SDK's
 client session and its transport, loses a response after the server sent it, and a
 server process is killed by its pid.
 """
@@ -34,7 +34,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 from policy import TIMED_OUT, GaveUp, KeyedCall, KeyedCallParams, KeyRefused, Policy, call_tool, new_key
 
-from mcp_idempotency.demo.harness import LEDGER_SERVER, LOST_RESPONSE_TIMEOUT, Link, ServerLog, linked, say, verdict
+from mcp_idempotency_demo.harness import LEDGER_SERVER, LOST_RESPONSE_TIMEOUT, Link, ServerLog, linked, say, verdict
 from mcp_idempotency.rules import EXTENSION_ID, META_KEY, Placement
 
 MAIL = [str(Path(__file__).resolve().with_name("mail_server.py"))]  # an outbox, and the alternatives

@@ -1,4 +1,4 @@
-"""The real issuer (mcp_idempotency.demo.issuer) as a subprocess on 127.0.0.1, and its tokens, for the auth tests.
+"""The real issuer (mcp_idempotency_demo.issuer) as a subprocess on 127.0.0.1, and its tokens, for the auth tests.
 
 Every token here is a real one, signed by the issuer's key and fetched from its token
 endpoint by client credentials, except the forgeries `forged()` builds on purpose:
@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 from wire import REPLY_TIMEOUT, free_port, sdk2_python, start
 
-ISSUER = ["-m", "mcp_idempotency.demo.issuer"]
+ISSUER = ["-m", "mcp_idempotency_demo.issuer"]
 # Every instance of one deployment is one resource, the `aud` of its tokens (RFC 8707),
 # whatever port each instance listens on: the URL its clients know it by.
 RESOURCE = "http://ledger.test/mcp"

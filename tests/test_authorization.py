@@ -1,6 +1,6 @@
 """K1-K3 over HTTP with real OAuth tokens: whose key it is (P10'', P21), and a replay's authorisation (P22).
 
-Every test starts the real issuer (mcp_idempotency.demo.issuer, Authlib) and the 2.x ledger server --issuer as
+Every test starts the real issuer (mcp_idempotency_demo.issuer, Authlib) and the 2.x ledger server --issuer as
 subprocesses on 127.0.0.1, and speaks with real access tokens, fetched by client
 credentials for Alice and Bob; the forged ones are made the way an attacker makes them
 (tests/oauth.py). What is pinned:

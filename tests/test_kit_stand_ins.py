@@ -95,7 +95,7 @@ def ledger(tmp_path, *server_options: str) -> str:
         [
             sdk2_python(),
             "-m",
-            "mcp_idempotency.demo.ledger_server",
+            "mcp_idempotency_demo.ledger_server",
             "--store",
             f"sqlite:{tmp_path / 'store.db'}",
             *server_options,

@@ -119,4 +119,4 @@ def test_importing_any_module_of_the_package_builds_no_server():
     )
 
     assert imported.returncode == 0, imported.stderr
-    assert int(imported.stdout) >= 10  # the layer, the stores, the demos: all of them were imported
+    assert int(imported.stdout) >= 10  # the layer, the rules, the stores, the client, auth: all of them were imported

@@ -10,17 +10,17 @@ from wire import ROOT, sdk2_python
 
 pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
 
-CLIENT_DEMO = "mcp_idempotency.demo.ledger_demo"
-CLUSTER_DEMO = "mcp_idempotency.demo.cluster_demo"
-AUTH_DEMO = "mcp_idempotency.demo.auth_demo"
-TASK_DEMO = "mcp_idempotency.demo.task_demo"
-CONFIRM_DEMO = "mcp_idempotency.demo.confirm_demo"
+CLIENT_DEMO = "mcp_idempotency_demo.ledger_demo"
+CLUSTER_DEMO = "mcp_idempotency_demo.cluster_demo"
+AUTH_DEMO = "mcp_idempotency_demo.auth_demo"
+TASK_DEMO = "mcp_idempotency_demo.task_demo"
+CONFIRM_DEMO = "mcp_idempotency_demo.confirm_demo"
 IGNORES_THE_KEY = str(ROOT / "tests" / "stand_ins" / "ignores_the_key.py")  # advertises the capability, keeps nothing
 
 # Stand-ins for the ledger server that break one SEP rule each, to show the demo's PASS is earned:
 # each a subclass of the public layer, passed to the server's main.
 STAND_IN = """
-from mcp_idempotency.demo import ledger_server
+from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import Idempotency
 class StandIn(Idempotency):
 {body}

@@ -3,7 +3,7 @@
 One suite, three targets, each a real server process:
 
     1x-stdio   server.py on mcp 1.x, over stdio, after the 2025 initialize handshake
-    2x-stdio   the package's ledger server (mcp_idempotency.demo.ledger_server) on mcp 2.x, over stdio,
+    2x-stdio   the package's ledger server (mcp_idempotency_demo.ledger_server) on mcp 2.x, over stdio,
                on the 2026-07-28 revision
     2x-http    the same server on mcp 2.x, over stateless Streamable HTTP, 2026-07-28
 
@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "server.py"
 # The 2.x ledger server, as its environment runs it: a module of the installed package.
-SDK2_SERVER = ["-m", "mcp_idempotency.demo.ledger_server"]
+SDK2_SERVER = ["-m", "mcp_idempotency_demo.ledger_server"]
 SDK2_PYTHON = Path(os.environ.get("SEP3182_SDK2_PYTHON", ROOT / ".venv-2x" / "bin" / "python"))
 SDK2_SETUP = (
     "python3 tests/run.py, or: python3 -m venv .venv-2x && .venv-2x/bin/pip install -e 'idempotency[postgres,auth]'"

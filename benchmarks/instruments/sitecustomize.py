@@ -109,7 +109,7 @@ def undo(choice: str) -> None:
     else:  # eager-savepoints
         # A savepoint is sent with the next statement; one read through the unit of work's
         # own interface, at once, sends it in a trip of its own, as an eager savepoint would.
-        from mcp_idempotency.demo import ledger
+        from mcp_idempotency_demo import ledger
 
         enter = stores.UnitOfWork.__aenter__
 

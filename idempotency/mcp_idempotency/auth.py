@@ -16,7 +16,7 @@ Three parts, each plugged into the mcp 2.x SDK's own auth hooks:
 3. `auth_settings()`: the SDK's `AuthSettings` for a resource server, and
    `listing_scopes()`: its RFC 9728 metadata with `scopes_supported`.
 
-The claims this server needs from any issuer (Keycloak, Auth0, Entra ID or mcp_idempotency/demo/issuer.py):
+The claims this server needs from any issuer (Keycloak, Auth0, Entra ID or mcp_idempotency_demo/issuer.py):
 a JWS signed with RS256 or ES256 whose header names its key (`kid`) in the issuer's JWKS;
 `iss` equal to --issuer; `aud` equal to (or a list holding) --resource; `exp`; `sub`, the
 principal within its issuer; and `scope`, the granted scopes separated by spaces (RFC 9068).

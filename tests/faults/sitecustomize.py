@@ -39,7 +39,7 @@ there, or to hold the call there):
     after-claim          the claim committed, the tool has not started:
                          `SQLiteStore.claim` / `PostgresStore.claim` kill after returning Won.
     after-charge         inside the tool, after its ledger write, before the unit of work
-                         commits: the demo's `ledger.charge` (mcp_idempotency.demo.ledger,
+                         commits: the demo's `ledger.charge` (mcp_idempotency_demo.ledger,
                          which runs its UPDATE through the transaction's `run`) kills
                          after it returned, on either store.
     after-commit         the charge and the completed record are committed, the reply is
@@ -48,7 +48,7 @@ there, or to hold the call there):
 The server code holds no fault code: everything here wraps the store's own functions
 from outside. The server imports its store package (`mcp_idempotency.stores`), which
 imports its backend module (`mcp_idempotency.stores.sqlite`, `...postgres`) only when
-it opens one, and its ledger module (`mcp_idempotency.demo.ledger`), so none exists yet
+it opens one, and its ledger module (`mcp_idempotency_demo.ledger`), so none exists yet
 when this module runs. A finder put first on `sys.meta_path` waits for those imports
 (and asyncpg's): it lets the normal finders locate
 the module, wraps the loader they return, and applies the patches as soon as the module's
@@ -231,7 +231,7 @@ MODULE_PATCHES = {
         "mcp_idempotency.stores.sqlite": after_claim_wins,
         "mcp_idempotency.stores.postgres": after_claim_wins,
     },
-    "after-charge": {"mcp_idempotency.demo.ledger": after_charge},
+    "after-charge": {"mcp_idempotency_demo.ledger": after_charge},
     "after-commit": {
         "mcp_idempotency.stores.sqlite": after_completing_commit,
         "mcp_idempotency.stores.postgres": after_completing_commit,

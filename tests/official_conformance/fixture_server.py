@@ -1,4 +1,4 @@
-"""The official conformance suite's task fixtures, served through our Tasks extension (demo/tasks.py).
+"""The official conformance suite's task fixtures, served through our Tasks extension (mcp_idempotency_demo/tasks.py).
 
 The suite's task scenarios call tools by name (`greet`, `slow_compute`, `failing_job`,
 `protocol_error_job`) that the ledger server does not have, so against it most checks
@@ -23,8 +23,8 @@ import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
-from mcp_idempotency.demo import tasks
-from mcp_idempotency.demo.ledger_server import SERVER_INFO, with_tasks
+from mcp_idempotency_demo import tasks
+from mcp_idempotency_demo.ledger_server import SERVER_INFO, with_tasks
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.stores import Limits, open_store
 

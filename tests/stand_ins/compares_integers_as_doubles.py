@@ -4,7 +4,7 @@ and 9007199254740992 are one request to it, and the second replays the first's r
 
 from typing import Any
 
-from mcp_idempotency.demo import ledger_server
+from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from fingerprinted_otherwise import FingerprintedOtherwise
 
-from mcp_idempotency.demo import ledger_server
+from mcp_idempotency_demo import ledger_server
 
 
 class ComparesMetaToo(FingerprintedOtherwise):

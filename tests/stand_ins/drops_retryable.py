@@ -5,7 +5,7 @@ from typing import Any
 
 from mcp.shared.exceptions import MCPError
 
-from mcp_idempotency.demo import ledger_server
+from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
 
 

@@ -3,7 +3,7 @@ recorded result back instead of a conflict (S3: MUST NOT silently return the cac
 
 from typing import Any
 
-from mcp_idempotency.demo import ledger_server
+from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.stores import Held
 

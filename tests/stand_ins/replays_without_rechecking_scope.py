@@ -9,7 +9,7 @@ server is started with a subclass of that gate, through ledger_server.main's `ga
 from pydantic_core import from_json
 
 from mcp_idempotency import auth
-from mcp_idempotency.demo import ledger_server
+from mcp_idempotency_demo import ledger_server
 
 
 class TrustsTheKey(auth.ScopeGate):

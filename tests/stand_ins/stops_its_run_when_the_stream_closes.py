@@ -5,7 +5,7 @@ until its lease ends, with no outcome to replay."""
 
 import anyio
 
-from mcp_idempotency.demo import ledger_server
+from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import Idempotency
 
 

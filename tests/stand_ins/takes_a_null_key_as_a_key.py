@@ -3,7 +3,7 @@
 
 from typing import Any
 
-from mcp_idempotency.demo import ledger_server
+from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
 
 

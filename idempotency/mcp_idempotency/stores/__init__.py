@@ -30,7 +30,7 @@ data in the same store through the unit of work's public API, and creates its ow
 tables: on SQLite `await tx.run(lambda db: db.execute(...))` runs in the worker
 thread that holds the transaction, on PostgreSQL `await tx.run(lambda db:
 db.fetchval(...))` on its asyncpg connection, and the memory store keeps whole
-numbers by name (`tx.value`, `tx.add`). mcp_idempotency/demo/ledger.py is such a tool.
+numbers by name (`tx.value`, `tx.add`). mcp_idempotency_demo/ledger.py is such a tool.
 
 A store that fails (busy, locked, full, an I/O error, a lost connection) raises
 StoreUnavailable, and a unit of work that met one says so in `failure`: the dispatch

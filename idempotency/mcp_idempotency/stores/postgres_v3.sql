@@ -3,7 +3,7 @@
 -- one transaction, on an empty database, and refuses any other version in one line).
 -- Version 2 held the demo's ledger too and had no principal column: `mcp-idempotency-store
 -- upgrade URL` brings it here in place (postgres.py, `upgrade`), the ledger's table left
--- to the demo (mcp_idempotency/demo/ledger.py). Version 1 was the layout with NULL patterns
+-- to the demo (mcp_idempotency_demo/ledger.py). Version 1 was the layout with NULL patterns
 -- across columns and a claim function that locked the count row before the key's row.
 
 CREATE TABLE idempotency_schema (

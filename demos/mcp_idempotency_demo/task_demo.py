@@ -30,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
-from ..keyed_call import KeyedCall, KeyedCallParams
+from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
 from .cluster_demo import hold_open
 from .harness import (
     LOST_RESPONSE_TIMEOUT,

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema  # pydantic ships with every mcp
 
-from ..stores import Transaction
-from ..stores.memory import MemoryTransaction
-from ..stores.sqlite import SQLiteTransaction
+from mcp_idempotency.stores import Transaction
+from mcp_idempotency.stores.memory import MemoryTransaction
+from mcp_idempotency.stores.sqlite import SQLiteTransaction
 
 if TYPE_CHECKING:
-    from ..stores.postgres import PostgresTransaction
+    from mcp_idempotency.stores.postgres import PostgresTransaction
 
 # ----------------------------------------------------------------------------
 # What the ledger takes as an amount
@@ -73,7 +73,7 @@ SQLITE_CHARGE = "UPDATE ledger SET balance = balance + ?, charges = charges + 1 
 # row is added only where none is seen: an INSERT ... ON CONFLICT would wait for a
 # charge in flight on the row (a peer frozen mid-charge, P23) before this one could start.
 POSTGRES_TABLE = """
-SELECT pg_advisory_xact_lock(hashtext('mcp_idempotency.demo.ledger'));
+SELECT pg_advisory_xact_lock(hashtext('mcp_idempotency_demo.ledger'));
 CREATE TABLE IF NOT EXISTS ledger (
     id       integer PRIMARY KEY CHECK (id = 1),
     balance  bigint NOT NULL,
@@ -88,7 +88,7 @@ RESET = "UPDATE ledger SET balance = 0, charges = 0"
 
 def postgres(tx: Transaction) -> "PostgresTransaction":
     """The one other kind of store; imported here only once one is open (asyncpg is an optional extra)."""
-    from ..stores.postgres import PostgresTransaction
+    from mcp_idempotency.stores.postgres import PostgresTransaction
 
     if not isinstance(tx, PostgresTransaction):
         raise TypeError(f"the ledger cannot be kept in a {type(tx).__name__}")

@@ -29,8 +29,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from ..keyed_call import KeyedCall, KeyedCallParams
-from ..rules import CONFLICT, IN_PROGRESS
+from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
+from mcp_idempotency.rules import CONFLICT, IN_PROGRESS
 from .harness import (
     TIMED_OUT,
     GaveUp,

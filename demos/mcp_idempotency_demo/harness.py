@@ -27,10 +27,10 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
-from ..keyed_call import KeyedCall, KeyedCallParams
+from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
 
 # The package's ledger server, as this interpreter runs it; --server replaces it with a script.
-LEDGER_SERVER = ["-m", "mcp_idempotency.demo.ledger_server"]
+LEDGER_SERVER = ["-m", "mcp_idempotency_demo.ledger_server"]
 LOG_POLL = 0.01  # seconds between looks at the server's log, so its lines show as they happen
 HELPERS = {"get_balance", "reset_ledger"}  # the demo's own calls: narrated in a line of their own
 RESPONSE_TIMEOUT = 0.5  # seconds; the server answers in milliseconds, so only a lost or slow response times out

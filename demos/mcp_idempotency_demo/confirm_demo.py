@@ -27,7 +27,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
-from ..keyed_call import KeyedCall, KeyedCallParams
+from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
 from .cluster_demo import Cluster, Instance, paid
 from .harness import (
     LOST_RESPONSE_TIMEOUT,

@@ -2,7 +2,7 @@
 
 import argparse
 
-from ..rules import (
+from mcp_idempotency.rules import (
     EXTENSION_ID,
     MAX_KEY_LENGTH,
     MAX_RECORDS,
@@ -11,7 +11,7 @@ from ..rules import (
     RETENTION_SECONDS,
     Placement,
 )
-from ..stores import LEASE_SECONDS, Limits
+from mcp_idempotency.stores import LEASE_SECONDS, Limits
 
 # P2, P8, P9, P9', P18 on the command line: the windows and the bounds the demo's servers keep, settable
 # when they start. One that is not above zero would void the guarantee, so it is

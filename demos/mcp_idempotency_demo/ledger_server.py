@@ -8,7 +8,7 @@ but that a charge joins the store's unit of work (P17).
 
     sep3182-ledger-server                          stdio, records in ./sep3182.db
     sep3182-ledger-server --transport http --port 8000 --store postgresql://...
-    sep3182-ledger-server --tasks                  the charges run as tasks (SEP-2663, P24): demo/tasks.py
+    sep3182-ledger-server --tasks                  the charges run as tasks (SEP-2663, P24): mcp_idempotency_demo/tasks.py
     sep3182-ledger-server --request-state-key-file FILE   every instance seals requestState alike
 """
 
@@ -26,13 +26,13 @@ import mcp_types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.request_state import RequestStateSecurity
 
-from ..layer import Idempotency, one_tenant, token_principal
-from ..probe import sdk_hides_the_key
-from ..stores import Limits, OtherSchema, open_store
+from mcp_idempotency.layer import Idempotency, one_tenant, token_principal
+from mcp_idempotency.probe import sdk_hides_the_key
+from mcp_idempotency.stores import Limits, OtherSchema, open_store
 from . import ledger, options, tasks
 
 if TYPE_CHECKING:
-    from ..auth import ScopeGate  # only HTTP with --issuer imports it (joserfc: pip install ./idempotency[auth])
+    from mcp_idempotency.auth import ScopeGate  # only HTTP with --issuer imports it (joserfc: pip install ./idempotency[auth])
 
 log = logging.getLogger("idempotency")
 
@@ -306,9 +306,7 @@ def serve_http(settings: argparse.Namespace, keys: Idempotency, gate: "type[Scop
     else:
         from starlette.middleware import Middleware
 
-        from .. import (
-            auth,  # only this mode needs joserfc (pip install ./idempotency[auth])
-        )
+        from mcp_idempotency import auth  # only this mode needs joserfc (pip install ./idempotency[auth])
 
         verifier = auth.JwtVerifier(settings.issuer, settings.resource, settings.jwks_uri)
         mcp = ledger_server(

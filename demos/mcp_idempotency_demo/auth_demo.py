@@ -4,7 +4,7 @@
     sep3182-auth-demo --store postgresql://USER@HOST:PORT/DB  the same on PostgreSQL (an empty database)
     sep3182-auth-demo --server SCRIPT                        against another server script (the tests' stand-ins)
 
-This script starts a real issuer (mcp_idempotency/demo/issuer.py: Authlib, client credentials, signed
+This script starts a real issuer (mcp_idempotency_demo/issuer.py: Authlib, client credentials, signed
 JWT access tokens) and two instances, A and B, of the 2.x ledger server --issuer on one store;
 then it is the load balancer between them. Alice and Bob each get their tokens from the
 issuer and talk through the SDK's own Client (2026-07-28), with the token in the
@@ -50,7 +50,7 @@ from .harness import (
     verdict,
 )
 
-ISSUER = ["-m", "mcp_idempotency.demo.issuer"]
+ISSUER = ["-m", "mcp_idempotency_demo.issuer"]
 RESOURCE = "https://ledger.example/mcp"  # the deployment, as its clients know it: every instance's `aud`
 
 
@@ -76,7 +76,7 @@ class Deployment:
         self.issuer = ""
 
     async def start_issuer(self) -> None:
-        """mcp_idempotency/demo/issuer.py on a free loopback port."""
+        """mcp_idempotency_demo/issuer.py on a free loopback port."""
         log = self.folder / "issuer.log"
         port = free_port()
         self.issuer = f"http://127.0.0.1:{port}"

@@ -13,7 +13,7 @@ extension. Read it in the order of SEP-2663: who declared it, task creation (dur
 before it is answered), the work, then the task methods and their gates.
 
 Tasks live in the store the records and the ledger live in (a table of this demo's,
-written through the layer's unit of work as demo/ledger.py does), so every instance
+written through the layer's unit of work as mcp_idempotency_demo/ledger.py does), so every instance
 on that store answers for every task. A SQL store only: the memory store keeps
 counters, not rows. A task whose instance stops mid-charge stays `working` (its
 charge rolled back): nothing here resumes it.
@@ -37,9 +37,9 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ..layer import Idempotency, internal_error, well_formed
-from ..stores import Transaction
-from ..stores.sqlite import SQLiteTransaction
+from mcp_idempotency.layer import Idempotency, internal_error, well_formed
+from mcp_idempotency.stores import Transaction
+from mcp_idempotency.stores.sqlite import SQLiteTransaction
 from .ledger import postgres
 
 log = logging.getLogger("idempotency")
@@ -66,7 +66,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     outcome     TEXT
 )"""
 POSTGRES_TABLE = """
-SELECT pg_advisory_xact_lock(hashtext('mcp_idempotency.demo.tasks'));
+SELECT pg_advisory_xact_lock(hashtext('mcp_idempotency_demo.tasks'));
 CREATE TABLE IF NOT EXISTS tasks (
     task_id     text PRIMARY KEY,
     owner       text NOT NULL,
