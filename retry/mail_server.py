@@ -25,9 +25,9 @@ import mcp_types
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools.base import Tool
 
-from mcp_idempotency_demo import options
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.probe import sdk_hides_the_key
+from mcp_idempotency_demo import options
 
 STORE = "memory"  # one process serves one client here; the ledger server shows the shared stores
 sent: Counter[str] = Counter()  # what went out, by kind: the ground truth the scenarios read

@@ -34,8 +34,8 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 from policy import TIMED_OUT, GaveUp, KeyedCall, KeyedCallParams, KeyRefused, Policy, call_tool, new_key
 
-from mcp_idempotency_demo.harness import LEDGER_SERVER, LOST_RESPONSE_TIMEOUT, Link, ServerLog, linked, say, verdict
 from mcp_idempotency.rules import EXTENSION_ID, META_KEY, Placement
+from mcp_idempotency_demo.harness import LEDGER_SERVER, LOST_RESPONSE_TIMEOUT, Link, ServerLog, linked, say, verdict
 
 MAIL = [str(Path(__file__).resolve().with_name("mail_server.py"))]  # an outbox, and the alternatives
 TIMEOUT = 0.5  # seconds the client waits for each attempt; the servers answer in milliseconds

@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 from mcp.shared.exceptions import MCPError
 
 from mcp_idempotency import rules
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency_demo import ledger_server
 
 
 class PolicyServer(Idempotency):

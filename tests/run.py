@@ -19,7 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # Each environment: what pip installs in it, one list per pip command.
 ENVIRONMENTS = {
-    ".venv": [["-r", "requirements.txt", "-r", "tests/requirements.txt"], ["--no-deps", "-e", "idempotency", "-e", "demos"]],
+    ".venv": [
+        ["-r", "requirements.txt", "-r", "tests/requirements.txt"],
+        ["--no-deps", "-e", "idempotency", "-e", "demos"],
+    ],
     ".venv-2x": [["-e", "idempotency[postgres,auth]", "-e", "demos"]],
 }
 

@@ -14,8 +14,8 @@ from conftest import FakeClock
 from stores import execute
 from wire import SDK2_SERVER, sdk2_python
 
-from mcp_idempotency_demo import ledger as the_ledger
 from mcp_idempotency.stores import Full, Held, Limits, Won, may_take, memory, postgres, sqlite
+from mcp_idempotency_demo import ledger as the_ledger
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("2x-stdio", "2x-http")]
 

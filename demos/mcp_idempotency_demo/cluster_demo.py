@@ -31,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
 from mcp_idempotency.rules import CONFLICT, IN_PROGRESS
+
 from .harness import (
     TIMED_OUT,
     GaveUp,

@@ -28,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
 from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
+
 from .cluster_demo import Cluster, Instance, paid
 from .harness import (
     LOST_RESPONSE_TIMEOUT,

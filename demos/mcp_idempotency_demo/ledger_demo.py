@@ -32,6 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mcp_idempotency.rules import CONFLICT
+
 from .harness import (
     LOST_RESPONSE_TIMEOUT,
     RESPONSE_TIMEOUT,

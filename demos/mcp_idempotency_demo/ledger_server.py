@@ -8,7 +8,7 @@ but that a charge joins the store's unit of work (P17).
 
     sep3182-ledger-server                          stdio, records in ./sep3182.db
     sep3182-ledger-server --transport http --port 8000 --store postgresql://...
-    sep3182-ledger-server --tasks                  the charges run as tasks (SEP-2663, P24): mcp_idempotency_demo/tasks.py
+    sep3182-ledger-server --tasks                  charges run as tasks (SEP-2663, P24): mcp_idempotency_demo/tasks.py
     sep3182-ledger-server --request-state-key-file FILE   every instance seals requestState alike
 """
 
@@ -29,10 +29,13 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp_idempotency.layer import Idempotency, one_tenant, token_principal
 from mcp_idempotency.probe import sdk_hides_the_key
 from mcp_idempotency.stores import Limits, OtherSchema, open_store
+
 from . import ledger, options, tasks
 
 if TYPE_CHECKING:
-    from mcp_idempotency.auth import ScopeGate  # only HTTP with --issuer imports it (joserfc: pip install ./idempotency[auth])
+    from mcp_idempotency.auth import (
+        ScopeGate,  # only HTTP with --issuer imports it (joserfc: pip install ./idempotency[auth])
+    )
 
 log = logging.getLogger("idempotency")
 

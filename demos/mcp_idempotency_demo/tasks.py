@@ -40,6 +40,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp_idempotency.layer import Idempotency, internal_error, well_formed
 from mcp_idempotency.stores import Transaction
 from mcp_idempotency.stores.sqlite import SQLiteTransaction
+
 from .ledger import postgres
 
 log = logging.getLogger("idempotency")

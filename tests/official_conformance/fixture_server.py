@@ -23,10 +23,10 @@ import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
-from mcp_idempotency_demo import tasks
-from mcp_idempotency_demo.ledger_server import SERVER_INFO, with_tasks
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.stores import Limits, open_store
+from mcp_idempotency_demo import tasks
+from mcp_idempotency_demo.ledger_server import SERVER_INFO, with_tasks
 
 # SEP-2663: the server decides which calls run as tasks; these do, for a request that declares it.
 TASK_TOOLS = ("slow_compute", "failing_job", "protocol_error_job")

@@ -4,8 +4,8 @@ calls invalid. Configuration cannot do it, since the one setting reaches both th
 
 from typing import Any
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import Idempotency
+from mcp_idempotency_demo import ledger_server
 
 
 class AdvertisesALongerKeyThanItTakes(Idempotency):

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from configured_otherwise import ConfiguredOtherwise
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.stores import Limits
+from mcp_idempotency_demo import ledger_server
 
 
 class BoundsOnlyTheWholeStore(ConfiguredOtherwise):

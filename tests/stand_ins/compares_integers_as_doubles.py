@@ -4,8 +4,8 @@ and 9007199254740992 are one request to it, and the second replays the first's r
 
 from typing import Any
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency_demo import ledger_server
 
 
 def as_doubles(value: Any) -> Any:

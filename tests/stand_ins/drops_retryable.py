@@ -5,8 +5,8 @@ from typing import Any
 
 from mcp.shared.exceptions import MCPError
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency_demo import ledger_server
 
 
 class DropsRetryable(Idempotency):

@@ -3,8 +3,8 @@ capabilities.tools.idempotency (C1), so a careful client cannot know it may rely
 
 from typing import Any
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import Idempotency
+from mcp_idempotency_demo import ledger_server
 
 
 class DropsTheCapability(Idempotency):

@@ -3,8 +3,8 @@ refuses tools/list with a key that is not a string (W2: only tools/call is cover
 
 from typing import Any
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency_demo import ledger_server
 
 
 class ExaminesTheKeyOnEveryMethod(Idempotency):

@@ -4,8 +4,8 @@ It still advertises the capability, so a client that checked it would trust it.
 
 from typing import Any
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency_demo import ledger_server
 
 
 class IgnoresTheKey(Idempotency):

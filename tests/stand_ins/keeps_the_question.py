@@ -5,8 +5,8 @@ tool never gets the answer, nothing is charged, and each retry is asked once mor
 
 from mcp.shared.exceptions import MCPError
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import Idempotency, Outcome
+from mcp_idempotency_demo import ledger_server
 
 
 class KeepsTheQuestion(Idempotency):

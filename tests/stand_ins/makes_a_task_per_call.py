@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import Idempotency
+from mcp_idempotency_demo import ledger_server
 
 
 class MakesATaskPerCall(Idempotency):

@@ -5,8 +5,8 @@ from dataclasses import replace
 
 from configured_otherwise import ConfiguredOtherwise
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.stores import Limits
+from mcp_idempotency_demo import ledger_server
 
 CENTURY = 100 * 365 * 24 * 60 * 60.0  # as good as no window
 

@@ -6,9 +6,9 @@ from typing import Any
 import anyio
 from mcp.shared.exceptions import MCPError
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
 from mcp_idempotency.rules import IN_PROGRESS
+from mcp_idempotency_demo import ledger_server
 
 
 class QueuesInFlightDuplicates(Idempotency):

@@ -8,8 +8,8 @@ from typing import Any
 from fingerprinted_otherwise import FingerprintedOtherwise
 
 from mcp_idempotency import rules
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.rules import META_KEY, Placement
+from mcp_idempotency_demo import ledger_server
 
 
 class ReadsTheKeyInBothPlaces(FingerprintedOtherwise):

@@ -5,9 +5,9 @@ from typing import Any, ClassVar
 
 from mcp.shared.exceptions import MCPError
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
 from mcp_idempotency.rules import CONFLICT, IN_PROGRESS
+from mcp_idempotency_demo import ledger_server
 
 
 class RecordsItsOwnRejections(Idempotency):

@@ -4,9 +4,9 @@ the key is an opaque string; an emoji, a NUL or a newline inside is a key like a
 
 from typing import Any
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency, rejection
 from mcp_idempotency.rules import INVALID_KEY
+from mcp_idempotency_demo import ledger_server
 
 
 def plain_ascii(key: str) -> bool:

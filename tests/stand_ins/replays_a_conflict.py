@@ -3,9 +3,9 @@ recorded result back instead of a conflict (S3: MUST NOT silently return the cac
 
 from typing import Any
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.stores import Held
+from mcp_idempotency_demo import ledger_server
 
 
 class ReplaysAConflict(Idempotency):

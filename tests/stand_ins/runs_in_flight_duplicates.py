@@ -5,9 +5,9 @@ from typing import Any
 
 from mcp.shared.exceptions import MCPError
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
 from mcp_idempotency.rules import IN_PROGRESS
+from mcp_idempotency_demo import ledger_server
 
 
 class RunsInFlightDuplicates(Idempotency):

@@ -4,8 +4,8 @@ boundary). Bob sending Alice's key gets her result, her conflict or her in-progr
 Run it as the ledger server over HTTP with --issuer: tokens are checked and scopes gated as there.
 """
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import Idempotency
+from mcp_idempotency_demo import ledger_server
 
 
 class SharesKeysAcrossPrincipals(Idempotency):

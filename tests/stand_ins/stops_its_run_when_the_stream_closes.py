@@ -5,8 +5,8 @@ until its lease ends, with no outcome to replay."""
 
 import anyio
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import Idempotency
+from mcp_idempotency_demo import ledger_server
 
 
 class StopsItsRunWhenTheStreamCloses(Idempotency):

@@ -3,8 +3,8 @@
 
 from typing import Any
 
-from mcp_idempotency_demo import ledger_server
 from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency_demo import ledger_server
 
 
 class TakesANullKeyAsAKey(Idempotency):
