@@ -7,14 +7,16 @@ their way to a real server (tests/recording_stdio.py), never written out by hand
 (mcp 1.x), retry/policy.py's and the 2.x KeyedCall's (through tests/compat_client.py), and the kit's."""
 
 import json
+import shutil
 import sqlite3
 from types import SimpleNamespace
 
 import pytest
 from jsonschema import Draft202012Validator
 from kit_targets import kit
+from policy_clients import policy_client_report
 from test_demo import play
-from wire import ROOT, SDK2_SERVER, Wire, policy_client_report, sdk2_python
+from wire import ROOT, SDK2_SERVER, Wire, sdk2_python
 
 SCHEMA = json.loads((ROOT / "docs" / "schema" / "sep-3182.schema.json").read_text(encoding="utf-8"))
 RECORDER = ROOT / "tests" / "recording_stdio.py"
@@ -121,10 +123,10 @@ def test_the_keyed_requests_the_kit_sends_conform():
     assert problems("CallToolRequest", sent_by_the_kit) == [], sent_by_the_kit
 
 
-# client_demo.py starts `python SERVER --verbose ...`; this SERVER is server.py behind the recorder.
+# client_demo.py starts `python SERVER --verbose ...`; this SERVER is server.py behind the recorder,
+# which sits beside it (a script's own folder is where Python looks first).
 SERVER_BEHIND_THE_RECORDER = """
 import sys
-sys.path.insert(0, {tests!r})
 from recording_stdio import relay
 sys.exit(relay({record!r}, [sys.executable, {server!r}, *sys.argv[1:]]))
 """
@@ -133,11 +135,8 @@ sys.exit(relay({record!r}, [sys.executable, {server!r}, *sys.argv[1:]]))
 def test_the_keyed_requests_client_demo_sends_conform(tmp_path):
     """mcp 1.x: scenario 2 sends a keyed charge and its retry, scenario 3 the conflict and the original again."""
     record, stand_in = tmp_path / "sent.jsonl", tmp_path / "recorded_server.py"
-    stand_in.write_text(
-        SERVER_BEHIND_THE_RECORDER.format(
-            tests=str(RECORDER.parent), record=str(record), server=str(ROOT / "server.py")
-        )
-    )
+    shutil.copy(RECORDER, tmp_path)
+    stand_in.write_text(SERVER_BEHIND_THE_RECORDER.format(record=str(record), server=str(ROOT / "server.py")))
     run = play(server=str(stand_in))
     assert run.returncode == 0, run.stdout + run.stderr
 
