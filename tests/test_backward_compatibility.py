@@ -15,7 +15,8 @@ import pytest
 from conftest import sdk_session
 from kit_targets import kit
 from mcp.shared.exceptions import McpError
-from wire import REPLY_TIMEOUT, ROOT, policy_client_report, sdk2_python
+from policy_clients import policy_client_report
+from wire import REPLY_TIMEOUT, ROOT, sdk2_python
 
 import client_demo
 

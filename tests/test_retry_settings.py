@@ -6,7 +6,8 @@ the layer as issue 25 makes it, with a key length and rejections of its own choo
 import json
 
 import pytest
-from wire import ROOT, policy_client_report, sdk2_python
+from policy_clients import policy_client_report
+from wire import ROOT, sdk2_python
 
 
 def run(scenario: str, *server_options: str) -> dict:

@@ -1,0 +1,21 @@
+"""The 2.x clients of tests/ that use retry/policy.py, run as processes: each prints a JSON report last."""
+
+import json
+import os
+import subprocess
+
+from wire import ROOT, sdk2_python
+
+
+def policy_client_report(client: str, *arguments: str, timeout: float = 90) -> dict:
+    """Run tests/CLIENT on mcp 2.x with retry/policy.py importable, and return the JSON report it prints last."""
+    ran = subprocess.run(
+        [sdk2_python(), str(ROOT / "tests" / client), *arguments],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "retry")},  # retry/policy.py, a file to copy, not a package
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    return json.loads(ran.stdout.splitlines()[-1])
