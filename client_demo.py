@@ -9,8 +9,7 @@ The demo spawns server.py with the interpreter that runs it, so a virtual enviro
 A lost response is really lost: a link between the SDK's client session and its stdio transport
 drops it after the server sent it. The demo keeps its own link and retry loop, though the mcp 2.x
 demos share theirs (mcp_idempotency_demo/harness.py): it is the reference, and must read alone.
-Of the capability's settings it honours maxKeyLength; its retries last seconds against a 24-hour
-retentionSeconds, so only retry/policy.py acts on the window.
+Of the capability's settings it honours maxKeyLength (its retries last seconds, the window 24 hours).
 """
 
 import argparse
