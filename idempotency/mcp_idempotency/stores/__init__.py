@@ -114,6 +114,15 @@ class Limits:
     max_records_per_principal: int = MAX_RECORDS_PER_PRINCIPAL  # P9': one principal's records whose deadline is ahead
     max_key_length: int = MAX_KEY_LENGTH  # P2: characters in a key at most; the store holds whatever it is given
 
+    def __post_init__(self) -> None:
+        """Refuse, at construction, a limit that would void a guarantee: each must be above zero."""
+        # A window of 0 replays nothing, a lease of 0 lets every retry take a running call
+        # over, a bound of 0 refuses every keyed call: none is a configuration, all are typos.
+        for name in ("retention", "lease", "max_records", "max_records_per_principal", "max_key_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"Limits({name}={value!r}): {name} must be a number above zero")
+
     @property
     def wait(self) -> float:
         """How long a statement may wait for a lock, or a writer for the file, before the store gives up (P23)."""
