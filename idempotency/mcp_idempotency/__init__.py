@@ -10,5 +10,6 @@ and the rules load without the SDK):
     mcp_idempotency.probe     P12': does this mcp build let the layer see the key?
     mcp_idempotency.keyed_call  what a 2.x client sends: KeyedCall, KeyedCallParams
     mcp_idempotency.auth      an OAuth 2.1 resource server's pieces, for records scoped by principal (K2)
-    mcp_idempotency_demo      the demo's ledger server, its clients and its issuer
 """
+
+__version__ = "0.3.0"
