@@ -66,7 +66,7 @@ IN_PROGRESS = "idempotency_key_in_progress"
 STORE_FULL = "idempotency_store_full"
 STORE_UNAVAILABLE = "idempotency_store_unavailable"
 INVALID_PARAMS = -32602
-# Issue 25's wire decision: error.data.retryable says whether the very same request may be sent again.
+# The wire's own answer: error.data.retryable says whether the very same request may be sent again.
 RETRYABLE = {IN_PROGRESS: True, STORE_FULL: True, STORE_UNAVAILABLE: True, CONFLICT: False, INVALID_KEY: False}
 
 
@@ -586,7 +586,7 @@ def check(id: str, name: str, severity: str, rows: list, needs: str = "main", us
 def capability_declared(server: Server) -> dict:
     """A server that supports SEP-3182 declares capabilities.tools.idempotency as an object, in the
     server/discover result (2026-07-28) or the initialize result (2025 handshake); its settings
-    (issue 25: maxKeyLength, retentionSeconds) are sep-3182-capability-settings' business. In the meta
+    (maxKeyLength, retentionSeconds) are sep-3182-capability-settings' business. In the meta
     placement (P26) the object is capabilities.extensions[EXTENSION_ID] instead."""
     where, advertised = capability(server)
     expect(advertised is not None, f"{where} is absent: {server.opening['capabilities']}")
@@ -619,7 +619,7 @@ def positive_integer(value) -> bool:
     ["C2", "WG1.6", "P2", "P8"],
 )
 def capability_settings(server: Server) -> dict:
-    """Issue 25: capabilities.tools.idempotency = {"maxKeyLength": N, "retentionSeconds": R}. Each present is a
+    """The settings: capabilities.tools.idempotency = {"maxKeyLength": N, "retentionSeconds": R}. Each present is a
     positive integer (MUST); a key of exactly N characters is accepted (the call runs), one of N + 1 is
     refused as invalid_idempotency_key and runs nothing (MUST). A server SHOULD advertise both: absent, a
     WARNING. No capability at all is sep-3182-capability-declared's failure, not this check's."""
@@ -748,7 +748,7 @@ def read_only_tool_deduplicated(server: Server) -> dict:
 
 
 def shaped(data, kind: str, key: str) -> bool:
-    """Is error.data {type, idempotencyKey} as P5 says? A `retryable` member beside them (issue 25) is allowed
+    """Is error.data {type, idempotencyKey} as P5 says? A `retryable` member beside them is allowed
     here; whether it holds the right value is sep-3182-rejection-retryable's business."""
     return isinstance(data, dict) and {name: value for name, value in data.items() if name != "retryable"} == {
         "type": kind,
@@ -985,7 +985,7 @@ def equivalence_null_member(server: Server) -> dict:
     ["E7", "WG1.1", "P3"],
 )
 def large_integers_exact(server: Server) -> dict:
-    """Issue 25: under one key, 9007199254740993 then 9007199254740992 is a conflict (a parser that holds
+    """Exact integers: under one key, 9007199254740993 then 9007199254740992 is a conflict (a parser that holds
     integers exactly), or the first keyed call is refused with -32602 and no data.type (one that cannot),
     nothing run and nothing recorded: the key then runs a call of its own. A replay across the two is
     what a parser reading doubles does, and a FAILURE."""
@@ -1342,11 +1342,11 @@ def share_per_principal(server: Server) -> dict:
     return {"acceptedBeforeFull": accepted}
 
 
-# --- issue 25: retryable rejections, a bounded running record -------------------
+# --- retryable rejections, a bounded running record -------------------------------
 
 
 def retryable_problem(response: dict, kind: str) -> str | None:
-    """Why a rejection of `kind` does not carry data.retryable as issue 25 decides (RETRYABLE)."""
+    """Why a rejection of `kind` does not carry data.retryable as RETRYABLE says it must."""
     data = response["error"].get("data") or {}
     if data.get("retryable") is not RETRYABLE[kind]:
         return f"{kind}: data.retryable is {data.get('retryable', 'absent')!r}, not {json.dumps(RETRYABLE[kind])}"
@@ -1371,7 +1371,7 @@ def store_full_answer(server: Server):
     uses=("slow", "bounded"),
 )
 def rejection_retryable(server: Server) -> dict:
-    """Issue 25: error.data.retryable is true for idempotency_key_in_progress, idempotency_store_full and
+    """Retryable rejections: error.data.retryable is true for idempotency_key_in_progress, idempotency_store_full and
     idempotency_store_unavailable, false for idempotency_key_conflict and invalid_idempotency_key. The kit
     provokes a conflict and an invalid key here, an in-progress rejection on the slow server and a full
     store on the bounded one where they are given (it fills the bounded one's store). A rejection the kit
@@ -1413,7 +1413,7 @@ def rejection_retryable(server: Server) -> dict:
     needs="short_lease",
 )
 def running_record_bounded(server: Server) -> dict:
-    """Issue 25: a running record is bounded by a lease. On a server whose lease is --short-lease seconds and
+    """A bounded running record: it is bounded by a lease. On a server whose lease is --short-lease seconds and
     whose charge outlasts it, once the lease has passed while the original still runs: other arguments
     under the key are a conflict; the same request is not refused as in progress ahead of the original's
     answer (the server takes the record over and runs it, so its answer comes after, whatever it says, or

@@ -15,13 +15,13 @@ project name them (our ids, not the SEP's):
 3. a timeout or a lost connection leaves the outcome unknown: send the very same
    request again, same key, same arguments, after a back-off;
 4. an idempotency rejection says whether to send it again: `error.data.retryable` where
-   the server sets it (issue 25), else its `error.data.type` (P5): in progress, store full
+   the server sets it, else its `error.data.type` (P5): in progress, store full
    and store unavailable mean "come back later": back off, retry;
 5. a conflict or an invalid key (`retryable: false`) is final: the same request cannot succeed;
 6. anything else is the call's answer: a result (`isError` included) or any other
    JSON-RPC error, returned or raised as it came.
 
-The server's settings (issue 25: `capabilities.tools.idempotency` = `{"maxKeyLength": N,
+The server's settings (`capabilities.tools.idempotency` = `{"maxKeyLength": N,
 "retentionSeconds": R}`, read by `discover_settings`) bound the loop further: a key is
 never longer than N (one minted fits; a caller's longer one is refused before anything is
 sent), and no attempt is made R seconds or more after the first, when the server may have
@@ -126,7 +126,7 @@ class KeyTooLong(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    """The limits a server declares in capabilities.tools.idempotency (issue 25); None where it declares none."""
+    """The limits a server declares in capabilities.tools.idempotency; None where it declares none."""
 
     max_key_length: int | None = None
     retention_seconds: float | None = None
@@ -174,7 +174,7 @@ def rejection_type(error: MCPError) -> str | None:
 
 
 def said_retryable(error: MCPError) -> bool | None:
-    """Issue 25: an idempotency rejection's own word, error.data.retryable; None where the server gives none."""
+    """An idempotency rejection's own word, error.data.retryable; None where the server gives none."""
     if rejection_type(error) is None:
         return None
     value = error.data.get("retryable")
