@@ -416,3 +416,25 @@ def test_a_limit_that_voids_a_guarantee_is_refused_at_construction_in_one_line(l
 def test_limits_above_zero_are_taken_as_given():
     limits = Limits(retention=0.5, lease=1, max_records=1, max_records_per_principal=1, max_key_length=1)
     assert (limits.retention, limits.lease, limits.max_records) == (0.5, 1, 1)
+
+
+async def test_work_spawned_from_a_unit_of_work_gets_its_own_once_that_one_has_ended(opened):
+    """A tool starts background work that writes after the call's unit of work ended: its write is kept,
+    in a unit of work of its own, and nothing is left waiting (it joined the ended one, and was lost or hung)."""
+    store, call_ended, written = opened.store, anyio.Event(), anyio.Event()
+
+    async def background_work() -> None:
+        await call_ended.wait()
+        async with store.transaction() as tx:
+            await the_ledger.charge(tx, 5)
+        written.set()
+
+    with anyio.fail_after(10):  # a regression waits forever on SQLite's writer: fail instead
+        async with anyio.create_task_group() as tasks:
+            async with store.transaction() as tx:  # the layer's unit of work around a keyed call
+                await the_ledger.charge(tx, 100)
+                tasks.start_soon(background_work)  # inherits the context, and with it this unit of work
+            call_ended.set()
+            await written.wait()
+        async with store.transaction() as tx:
+            assert await the_ledger.read(tx) == {"balance": 105, "charges": 2}

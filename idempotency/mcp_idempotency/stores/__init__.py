@@ -209,6 +209,7 @@ class Transaction(ABC):
         self.count = itertools.count(1)
         self.completion: tuple[str, bytes, str] | None = None  # P17: the record to complete with the commit
         self.completed = False  # the commit completed it: this unit of work's execution is the one recorded
+        self.ending = False  # its owner is committing or rolling it back: nothing may join it any more
 
     def savepoint(self) -> str:
         """P17: open a nested unit of work; it begins with the next statement."""
@@ -291,6 +292,10 @@ class UnitOfWork:
     """`async with store.transaction() as tx:` a savepoint in the transaction open in this task
     if there is one, else a new transaction; committed (or kept) on success, rolled back on any error.
 
+    A task started from inside a unit of work inherits it (anyio copies the context into every
+    task), so work a tool spawns may outlive the call: once the call's unit of work is ending,
+    that work's own `transaction()` begins a new one instead of joining one that is over.
+
     Its exit is the one place a transaction ends: nothing else commits or rolls one back (P17)."""
 
     def __init__(self, store: Store):
@@ -298,6 +303,8 @@ class UnitOfWork:
 
     async def __aenter__(self) -> Transaction:
         self.outer = _open_transaction.get()
+        if self.outer is not None and self.outer.ending:
+            self.outer = None  # spawned work, after the call that spawned it: a unit of work of its own
         if self.outer is not None:
             self.savepoint = self.outer.savepoint()
             return self.outer
@@ -313,6 +320,7 @@ class UnitOfWork:
                 await self.outer.end_savepoint(self.savepoint, failed=error_type is not None)
                 return
             _open_transaction.reset(self.token)
+            self.tx.ending = True
             if error_type is None:
                 await self.tx.commit()
             else:
