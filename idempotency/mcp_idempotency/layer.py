@@ -40,7 +40,7 @@ from pydantic_core import from_json, to_json
 
 from . import rules
 from .rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE, Placement
-from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won, open_store
+from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won, checked_url, open_store
 
 log = logging.getLogger("idempotency")
 
@@ -172,7 +172,7 @@ class Idempotency:
         principal: Callable[[], Principal] = one_tenant,
         placement: Placement = Placement.PARAMS,
     ):
-        self.store_url, self.limits, self.principal = store, limits, principal
+        self.store_url, self.limits, self.principal = checked_url(store), limits, principal  # a bad URL fails here
         self.placement = placement  # P26: it decides only where the key is read and the capability written
         self.server_info = dict(server_info)
         self._store: Store | None = None

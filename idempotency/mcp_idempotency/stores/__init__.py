@@ -332,9 +332,25 @@ class UnitOfWork:
 # ----------------------------------------------------------------------------
 
 
+def checked_url(url: str) -> str:
+    """A store URL this package can open, or one line saying why not and what to do: at construction, not at start."""
+    if url == "memory" or (url.startswith("sqlite:") and url.removeprefix("sqlite:")):
+        return url
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            import asyncpg  # noqa: F401 (only asked whether it is there)
+        except ImportError:
+            raise ModuleNotFoundError(
+                "a postgresql:// store needs the asyncpg driver: pip install 'mcp-idempotency[postgres]'"
+            ) from None
+        return url
+    raise ValueError(f"unknown store {url!r}: use memory, sqlite:PATH or postgresql://USER@HOST/DATABASE")
+
+
 @asynccontextmanager
 async def open_store(url: str, limits: Limits) -> AsyncIterator[Store]:
     """The store a URL names: memory, sqlite:PATH or postgresql://...; closed on exit."""
+    checked_url(url)
     store: Store
     if url == "memory":
         from .memory import MemoryStore
@@ -344,12 +360,10 @@ async def open_store(url: str, limits: Limits) -> AsyncIterator[Store]:
         from .sqlite import SQLiteStore
 
         store = SQLiteStore(url.removeprefix("sqlite:"), limits)
-    elif url.startswith(("postgresql:", "postgres:")):
+    else:
         from .postgres import PostgresStore
 
         store = await PostgresStore.open(url, limits)
-    else:
-        raise ValueError(f"unknown store {url!r}: use memory, sqlite:PATH or postgresql://...")
     try:
         yield store
     finally:

@@ -1,0 +1,47 @@
+"""A misconfigured layer fails where it is built, in one line that names the fix, and opens nothing."""
+
+import subprocess
+
+import pytest
+from wire import sdk2_python
+
+BUILD = """
+import sys
+{hide}
+from mcp_idempotency.layer import Idempotency
+try:
+    Idempotency({url!r}, server_info={{"name": "s", "version": "1"}})
+except Exception as error:
+    print(type(error).__name__ + ": " + str(error))
+else:
+    print("accepted")
+"""
+NO_ASYNCPG = "sys.modules['asyncpg'] = None  # as on a machine where the extra was never installed"
+
+
+def built(url: str, hide: str = "") -> str:
+    """What building the layer on `url` says, in the mcp 2.x environment, with nothing served."""
+    ran = subprocess.run(
+        [sdk2_python(), "-c", BUILD.format(url=url, hide=hide)], capture_output=True, text=True, timeout=60, check=True
+    )
+    return ran.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1/0", "sqlite:", "sqlite", "notes.db", "postgresql:notes", ""], ids=repr
+)
+def test_a_store_url_the_package_cannot_open_is_refused_when_the_layer_is_built(url):
+    assert built(url) == (
+        f"ValueError: unknown store {url!r}: use memory, sqlite:PATH or postgresql://USER@HOST/DATABASE"
+    )
+
+
+def test_a_postgresql_store_without_its_driver_names_the_extra_to_install():
+    assert built("postgresql://postgres@127.0.0.1/db", hide=NO_ASYNCPG) == (
+        "ModuleNotFoundError: a postgresql:// store needs the asyncpg driver: pip install 'mcp-idempotency[postgres]'"
+    )
+
+
+@pytest.mark.parametrize("url", ["memory", "sqlite:notes.db", "postgresql://postgres@127.0.0.1/db"])
+def test_a_store_url_the_package_can_open_is_taken_without_opening_it(url):
+    assert built(url) == "accepted"
