@@ -45,3 +45,33 @@ def test_a_postgresql_store_without_its_driver_names_the_extra_to_install():
 @pytest.mark.parametrize("url", ["memory", "sqlite:notes.db", "postgresql://postgres@127.0.0.1/db"])
 def test_a_store_url_the_package_can_open_is_taken_without_opening_it(url):
     assert built(url) == "accepted"
+
+
+WITHOUT_LIFESPAN = """
+import anyio
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+from mcp_idempotency.layer import Idempotency
+
+keys = Idempotency("memory", server_info={"name": "s", "version": "1"})
+server = MCPServer("s", middleware=[keys])  # lifespan=keys.lifespan forgotten
+
+
+async def main():
+    try:
+        async with Client(server, mode="legacy") as client:
+            print("served:", (await client.list_tools()).tools)
+    except Exception as error:
+        while getattr(error, "exceptions", None):  # the client's task group wraps what the server answered
+            error = error.exceptions[0]
+        print("refused:", error)
+
+anyio.run(main)
+"""
+
+
+def test_a_layer_whose_store_was_never_opened_refuses_the_handshake_before_advertising_anything():
+    ran = subprocess.run([sdk2_python(), "-c", WITHOUT_LIFESPAN], capture_output=True, text=True, timeout=60)
+    fix = "the idempotency store was never opened: pass lifespan=keys.lifespan to MCPServer"
+    assert ran.stdout == f"refused: {fix}\n", ran.stdout + ran.stderr
+    assert fix in ran.stderr.splitlines()  # and said once, in one line, where the operator looks

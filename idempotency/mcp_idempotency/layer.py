@@ -44,6 +44,8 @@ from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won
 
 log = logging.getLogger("idempotency")
 
+NOT_OPEN = "the idempotency store was never opened: pass lifespan=keys.lifespan to MCPServer"
+
 Outcome = dict[str, Any] | MCPError  # what a tools/call produced: a result, or a JSON-RPC error
 CallNext = Callable[[Any], Awaitable[Any]]
 
@@ -193,8 +195,16 @@ class Idempotency:
     def store(self) -> Store:
         """The open store; only while the server runs."""
         if self._store is None:
-            raise RuntimeError("the idempotency store is not open: pass lifespan=keys.lifespan to MCPServer")
+            raise RuntimeError(NOT_OPEN)
         return self._store
+
+    def refuse_unless_open(self) -> None:
+        """Fail the handshake, before any capability is advertised, when the store was never opened."""
+        # The SDK gives the layer no start hook of its own: the handshake is the first moment it
+        # runs, and a client told the server is idempotent would retry on a server that cannot be.
+        if self._store is None:
+            log.error("%s", NOT_OPEN)
+            raise MCPError(code=rules.INTERNAL_ERROR["code"], message=NOT_OPEN)
 
     def transaction(self) -> UnitOfWork:
         """P17: a tool's unit of work in the store; under a keyed call it joins the layer's, as a savepoint."""
@@ -211,6 +221,7 @@ class Idempotency:
         # P14: the 2.x SDK keeps no unknown capability, so it is added to the wire
         # result of server/discover (2026-07-28) and of initialize (the 2025 handshake).
         if ctx.method in ("server/discover", "initialize"):
+            self.refuse_unless_open()
             return self.advertised(await call_next(ctx))
         return await call_next(ctx)
 
