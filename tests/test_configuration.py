@@ -3,7 +3,7 @@
 import subprocess
 
 import pytest
-from wire import sdk2_python
+from wire import new_key, sdk2_python, start
 
 BUILD = """
 import sys
@@ -75,3 +75,18 @@ def test_a_layer_whose_store_was_never_opened_refuses_the_handshake_before_adver
     fix = "the idempotency store was never opened: pass lifespan=keys.lifespan to MCPServer"
     assert ran.stdout == f"refused: {fix}\n", ran.stdout + ran.stderr
     assert fix in ran.stderr.splitlines()  # and said once, in one line, where the operator looks
+
+
+SHARED = "served over HTTP without authorisation: every caller shares one key space"
+
+
+@pytest.mark.targets("2x-http", "2x-stdio")
+def test_http_without_authorisation_is_said_once_to_share_one_key_space(target):
+    wire = start(target)
+    try:
+        for amount in (1, 2):
+            assert "result" in wire.call("charge_guarded", {"amount": amount}, key=new_key())
+        told = wire.log().count(SHARED)
+    finally:
+        wire.close()
+    assert told == (1 if target == "2x-http" else 0), wire.log()  # stdio has one client: nothing to share

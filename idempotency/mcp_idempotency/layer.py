@@ -46,6 +46,11 @@ log = logging.getLogger("idempotency")
 
 NOT_OPEN = "the idempotency store was never opened: pass lifespan=keys.lifespan to MCPServer"
 
+SHARED_KEY_SPACE = (
+    "served over HTTP without authorisation: every caller shares one key space, so a key one client sends "
+    "replays another's result; pass principal=token_principal behind OAuth to give each principal its own"
+)
+
 Outcome = dict[str, Any] | MCPError  # what a tools/call produced: a result, or a JSON-RPC error
 CallNext = Callable[[Any], Awaitable[Any]]
 
@@ -178,6 +183,7 @@ class Idempotency:
         self.placement = placement  # P26: it decides only where the key is read and the capability written
         self.server_info = dict(server_info)
         self._store: Store | None = None
+        self.shared_key_space_told = False  # said once: over HTTP without authorisation, one key space
 
     # -- the store, open while the server runs -------------------------------
 
@@ -216,6 +222,9 @@ class Idempotency:
         """The server middleware: it sees every message, as raw params, before any handler runs."""
         if ctx.request_id is None:
             return await call_next(ctx)  # a notification, even one named tools/call: nothing to answer or record
+        if ctx.request is not None and self.principal is one_tenant and not self.shared_key_space_told:
+            self.shared_key_space_told = True  # K2: the operator learns it once, not per request
+            log.warning(SHARED_KEY_SPACE)
         if ctx.method == "tools/call":
             return await self.tools_call(ctx, call_next)
         # P14: the 2.x SDK keeps no unknown capability, so it is added to the wire
