@@ -316,3 +316,14 @@ def test_server_refuses_a_window_or_bound_that_is_not_positive(options):
 @pytest.mark.parametrize("options", BAD_OPTIONS)
 def test_sdk2_server_refuses_a_window_or_bound_that_is_not_positive(options):
     refused_option(sdk2_python(), *SDK2_SERVER, options=options)
+
+
+@pytest.mark.targets("2x-stdio", "2x-http")
+@pytest.mark.parametrize("form", SDK2_FORMS)
+def test_a_server_built_from_the_library_alone_refuses_to_start_when_the_key_is_hidden(tmp_path, form):
+    """The layer's own start-up probes the SDK: idempotency/examples/booking.py calls no probe of its own."""
+    booking = str(ROOT / "idempotency" / "examples" / "booking.py")
+    refused = run(sdk2_python(), booking, "--store", "memory", site=SDK2_FORMS[form], tmp_path=tmp_path)
+
+    assert refused.returncode != 0 and refused.stdout == ""  # nothing served
+    assert "does not hand a tools/call's idempotencyKey to server middleware" in refused.stderr.splitlines()[0]

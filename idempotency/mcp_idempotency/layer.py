@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from pydantic_core import from_json, to_json
 
 from . import rules
+from .probe import why_the_key_is_hidden
 from .rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE, Placement
 from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won, checked_url, open_store
 
@@ -189,7 +190,11 @@ class Idempotency:
 
     @asynccontextmanager
     async def lifespan(self, _server: Any) -> AsyncIterator["Idempotency"]:
-        """P15: the store, open while the server runs."""
+        """P12', P15: refuse to serve on an SDK that hides the key; then the store, open while the server runs."""
+        refusal = await why_the_key_is_hidden()  # probed, not assumed: else the server looks idempotent and is not
+        if refusal is not None:
+            log.error("%s", refusal)
+            raise RuntimeError(refusal)
         async with open_store(self.store_url, self.limits) as store:
             self._store = store
             try:

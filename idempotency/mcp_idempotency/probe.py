@@ -52,11 +52,11 @@ def first_failure(error: BaseException) -> BaseException:
     return first_failure(inner[0]) if isinstance(inner, tuple) and inner else error
 
 
-def sdk_hides_the_key() -> str | None:
+async def why_the_key_is_hidden() -> str | None:
     """None if a raw key reaches middleware before the tool runs and the call succeeds; else one line saying why not."""
     expected = ["middleware saw 'probe'", "tool ran", "call succeeded"]
     try:
-        seen = anyio.run(what_the_sdk_does_with_a_key)
+        seen = await what_the_sdk_does_with_a_key()
     except Exception as error:  # a build that rejects the key, or moved what we rely on
         failure = first_failure(error)
         why = f"the probe failed: {type(failure).__name__}: {failure}".splitlines()[0]
@@ -65,3 +65,8 @@ def sdk_hides_the_key() -> str | None:
             return None
         why = "the probe saw: " + (", ".join(seen) or "nothing")
     return SDK_HIDES_KEY.format(version=version("mcp"), why=why)
+
+
+def sdk_hides_the_key() -> str | None:
+    """The same answer, for a program that has no event loop running yet (a server's main, before it serves)."""
+    return anyio.run(why_the_key_is_hidden)
