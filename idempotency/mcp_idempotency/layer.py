@@ -4,11 +4,11 @@
     mcp = MCPServer("notes", lifespan=keys.lifespan, middleware=[keys])
 
 The layer is a server middleware, the SDK's public hook that sees every message as
-raw params before they are validated and before any handler runs: it is the only
-one that sees `params.idempotencyKey` (the SDK's CallToolRequestParams drops it)
-and the wire result of `server/discover`, where the capability is added. An
-`Extension` (`intercept_tool_call`) gets the params already validated, the key
-gone, so it cannot serve here. `lifespan` opens the store while the server runs.
+raw params before any handler runs, and the wire result of `server/discover`, where
+the capability is added (no server API declares it). The SDK's `Extension` hook
+would serve for tools/call with one validation instead of two: its
+`intercept_tool_call` gets typed params without the key, but `ctx.params` keeps
+the raw `idempotencyKey`. `lifespan` probes the SDK and opens the store.
 
 Read it top to bottom, in the order of the SEP: read the key (P1, P2), fingerprint
 the request (P3), claim the key (P16), then conflict, in progress, replay (P4,
