@@ -53,6 +53,7 @@ class Advertised(Extension):
 
     async def intercept_tool_call(self, params, ctx, call_next):
         self.seen["intercept_tool_call"] = key_in(params, self.placement)
+        self.seen["intercept_raw_params"] = key_in(dict(ctx.params or {}), self.placement)
         return await call_next(ctx)
 
 
@@ -97,6 +98,7 @@ async def measure(placement: str) -> dict[str, Any]:
         "sent": sent,
         "middleware": seen.get("middleware") == KEY,
         "intercept_tool_call": seen.get("intercept_tool_call") == KEY,
+        "intercept_raw_params": seen.get("intercept_raw_params") == KEY,
         "handler": KEY in (seen.get("handler_meta"), seen.get("handler_raw_params")),
         "handler_how": "ctx.request_context.meta"
         if seen.get("handler_meta") == KEY

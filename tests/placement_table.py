@@ -75,7 +75,8 @@ def python_rows(measured: dict) -> list[list[str]]:
             said(
                 params["middleware"],
                 "only raw: a server middleware (`ctx.params`, the layer) and a handler reading "
-                "`ctx.request_context.params`; `Extension.intercept_tool_call` gets validated params, the key gone"
+                "`ctx.request_context.params`; `Extension.intercept_tool_call` gets validated params without it, "
+                + ("but its `ctx.params` keeps the raw key" if params["intercept_raw_params"] else "the key gone")
                 if params["handler"]
                 else "only in a server middleware (`ctx.params`, the layer)",
                 "not even in a middleware",

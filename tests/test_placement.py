@@ -217,6 +217,7 @@ def test_the_placement_table_is_what_the_sdks_do():
     python, typescript = placement_table.measured_python(), placement_table.measured_typescript()
     # The findings the Working Group paragraph rests on, read from the run itself:
     assert python["rows"]["meta"]["sent"] and python["rows"]["meta"]["intercept_tool_call"]
+    assert python["rows"]["params"]["intercept_raw_params"]  # an Extension reads the SEP's key from ctx.params
     assert not python["rows"]["params"]["sent"]  # mcp 2.x's stock client drops the SEP's field
     assert python["rows"]["params"]["capability_typed"] is None  # and its typed capabilities drop tools.idempotency
     for placement in ("params", "meta"):
