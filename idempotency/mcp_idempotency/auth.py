@@ -29,20 +29,24 @@ import json
 import logging
 import time
 import urllib.request
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
 from joserfc import jws, jwt
 from joserfc.errors import JoseError
-from joserfc.jwk import KeySet
+from joserfc.jwk import KeySet, KeySetSerialization
 from joserfc.jwt import JWTClaimsRegistry
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+from pydantic import AnyHttpUrl
 from pydantic_core import from_json
+from starlette.applications import Starlette
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("idempotency.auth")
 
@@ -51,10 +55,16 @@ JWKS_REFETCH_SECONDS = 5.0  # an unknown kid fetches the keys again at most this
 FETCH_TIMEOUT = 10  # seconds
 
 
-def fetched_json(url: str) -> dict:
+def fetched_json(url: str) -> Any:
     """GET a JSON document (blocking: run it in a worker thread)."""
     with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT) as response:
         return json.load(response)
+
+
+def fetched_key_set(url: str) -> KeySetSerialization:
+    """GET a JWKS; joserfc checks each key as it imports them."""
+    key_set: KeySetSerialization = fetched_json(url)
+    return key_set
 
 
 def metadata_url(issuer: str) -> str:
@@ -116,23 +126,29 @@ class JwtVerifier:
         """Fetch the JWKS (its URL from the issuer's RFC 8414 metadata, the first time, unless given)."""
         self.fetched_at = time.monotonic()  # a failed fetch counts too: an issuer that is down is not hammered
         if self.jwks_uri is None:
-            self.jwks_uri = (await anyio.to_thread.run_sync(fetched_json, metadata_url(self.issuer)))["jwks_uri"]
-        self.keys = KeySet.import_key_set(await anyio.to_thread.run_sync(fetched_json, self.jwks_uri))
+            self.jwks_uri = str((await anyio.to_thread.run_sync(fetched_json, metadata_url(self.issuer)))["jwks_uri"])
+        self.keys = KeySet.import_key_set(await anyio.to_thread.run_sync(fetched_key_set, self.jwks_uri))
         log.info("fetched the JWKS from %s: keys %s", self.jwks_uri, ", ".join(key.kid or "?" for key in self.keys))
 
 
 def auth_settings(issuer: str, resource: str) -> AuthSettings:
     """The SDK's settings for a resource server: RFC 9728 metadata naming the issuer, at its well-known URL."""
     # The verifier checks the audience itself (joserfc's claims registry), so the SDK need not.
-    return AuthSettings(issuer_url=issuer, resource_server_url=resource, validate_token_resource=False)
+    # Validated from the strings, so the SDK's model keeps a path-less issuer as given: issuer
+    # identifiers compare as exact strings (RFC 8414), and AnyHttpUrl alone would add a "/".
+    return AuthSettings.model_validate(
+        {"issuer_url": issuer, "resource_server_url": resource, "validate_token_resource": False}
+    )
 
 
-def listing_scopes(app, settings: AuthSettings, scopes: list[str]) -> None:
+def listing_scopes(app: Starlette, settings: AuthSettings, scopes: list[str]) -> None:
     """RFC 9728 metadata listing the scopes this server uses (`scopes_supported`): what a client may ask for."""
     # The SDK lists AuthSettings.required_scopes there, but its middleware then requires every one
     # of them on every request, and a ledger:read token could not read the balance. So the SDK's
     # own public function builds the same metadata route with the scopes listed, and it takes the
     # place of the route the SDK built without them.
+    if settings.resource_server_url is None:
+        raise ValueError("listing_scopes needs AuthSettings with resource_server_url: build them with auth_settings()")
     listed = create_protected_resource_routes(
         settings.resource_server_url, [settings.issuer_url], scopes_supported=scopes
     )
@@ -152,17 +168,19 @@ class ScopeGate:
     """An ASGI middleware after the SDK's authentication: a tools/call needs its tool's scope, or gets 403;
     a 401 names the scopes."""
 
-    def __init__(self, app, scopes: dict[str, str], resource: str):
+    def __init__(self, app: ASGIApp, scopes: dict[str, str], resource: str):
         self.app, self.scopes = app, scopes
-        self.metadata = str(build_resource_metadata_url(resource))
+        self.metadata = str(build_resource_metadata_url(AnyHttpUrl(resource)))
         self.every_scope = sorted(set(scopes.values()))
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
         user = scope.get("user")
-        if scope["type"] == "http" and not isinstance(user, AuthenticatedUser):
+        if not isinstance(user, AuthenticatedUser):
             # No valid token: the SDK answers 401 itself; its challenge is told the scopes.
             return await self.app(scope, receive, naming_scopes(send, self.every_scope))
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["method"] != "POST":
             return await self.app(scope, receive, send)
         body, more = await body_up_to(receive, DEFAULT_MAX_REQUEST_BODY_SIZE)
         needed = None if more else self.scope_needed(body)  # too large: the SDK answers 413; nothing runs
@@ -183,7 +201,7 @@ class ScopeGate:
         name = params.get("name") if isinstance(params, dict) else None
         return self.scopes.get(name) if isinstance(name, str) else None
 
-    async def refuse(self, send, needed: str) -> None:
+    async def refuse(self, send: Send, needed: str) -> None:
         """403 as the MCP authorization spec words it: the scope for this operation only (SEP-2350)."""
         body = json.dumps({"error": "insufficient_scope", "error_description": f"Required scope: {needed}"}).encode()
         challenge = f'Bearer error="insufficient_scope", scope="{needed}", resource_metadata="{self.metadata}"'
@@ -201,13 +219,13 @@ class ScopeGate:
         await send({"type": "http.response.body", "body": body})
 
 
-def naming_scopes(send, scopes: list[str]):
+def naming_scopes(send: Send, scopes: list[str]) -> Send:
     """A `send` that adds `scope` to a 401's Bearer challenge: every scope this server uses (RFC 6750 section 3)."""
     # The MCP authorization spec asks for it (SHOULD), and a client asks its issuer for what
     # it names; the SDK's 401 has no parameter for it, so it is added to the header it sends.
     named = f', scope="{" ".join(scopes)}"'.encode()
 
-    async def sending(message):
+    async def sending(message: Message) -> None:
         if message["type"] == "http.response.start" and message["status"] == 401:
             message = {
                 **message,
@@ -221,9 +239,10 @@ def naming_scopes(send, scopes: list[str]):
     return sending
 
 
-async def body_up_to(receive, limit: int) -> tuple[bytes, bool]:
+async def body_up_to(receive: Receive, limit: int) -> tuple[bytes, bool]:
     """The request body, read until it ends or passes `limit` bytes; and whether more is to come."""
-    chunks, size, more = [], 0, True
+    chunks: list[bytes] = []
+    size, more = 0, True
     while more and size <= limit:
         message = await receive()
         chunks.append(message.get("body", b""))
@@ -232,11 +251,11 @@ async def body_up_to(receive, limit: int) -> tuple[bytes, bool]:
     return b"".join(chunks), more
 
 
-def replaying(body: bytes, more: bool, receive):
+def replaying(body: bytes, more: bool, receive: Receive) -> Receive:
     """A `receive` that hands on what was read, then reads on from the client as the original does."""
     sent = False
 
-    async def again():
+    async def again() -> Message:
         nonlocal sent
         if sent:
             return await receive()
