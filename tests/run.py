@@ -5,44 +5,71 @@
 
 The two SDKs cannot share one environment, so there are two: .venv (mcp 1.x, pytest)
 runs pytest and server.py; .venv-2x (mcp 2.x) holds the package in idempotency/, with
-its PostgreSQL and OAuth extras, and runs its servers, which the tests start as
+its PostgreSQL and OAuth extras, and ruff and mypy, and runs its servers, which the tests start as
 subprocesses. pytest imports the package's stores and rules in process too, which
 need no SDK, so .venv takes the package without its dependencies (mcp 2.x). Both are
 made if missing and brought up to date. PostgreSQL tests need SEP3182_POSTGRES
 (tests/postgres.sh starts a throwaway server), the pooler tests pgbouncer too.
+
+The package is tested as a user gets it: built into a wheel on every run and installed
+from that file, not from the source tree, so a file the wheel leaves out fails here.
+After editing the library, run this again (a bare pytest runs the last wheel built).
 """
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Each environment: what pip installs in it, one list per pip command.
+WHEEL = "{wheel}"  # stands for the file built this run
+# Each environment: what pip installs in it, one list per pip command. The last one puts this
+# run's build in place even when its version is the one already installed.
 ENVIRONMENTS = {
     ".venv": [
         ["-r", "requirements.txt", "-r", "tests/requirements.txt"],
-        ["--no-deps", "-e", "idempotency", "-e", "demos"],
+        ["--no-deps", "-e", "demos"],
+        ["--no-deps", "--force-reinstall", WHEEL],
     ],
-    ".venv-2x": [["-e", "idempotency[postgres,auth]", "-e", "demos"]],
+    ".venv-2x": [
+        [f"mcp-idempotency[postgres,auth] @ file://{WHEEL}", "-e", "demos", "-r", "tests/requirements-lint.txt"],
+        ["--no-deps", "--force-reinstall", WHEEL],
+    ],
 }
 
 
-def prepared(folder: str, installs: list[list[str]]) -> Path:
-    """A virtual environment in `folder` with each of `installs` done by pip; its python."""
+def environment(folder: str) -> Path:
+    """The python of a virtual environment in `folder`, made if missing."""
     python = ROOT / folder / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(ROOT / folder)], check=True)
-    for install in installs:
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *install], cwd=ROOT, check=True)
     return python
 
 
+def built_wheel(python: Path, folder: str) -> Path:
+    """The library's wheel, built from idempotency/ into `folder` by the pip of `python`."""
+    pip_wheel = [str(python), "-m", "pip", "wheel", "-q", "--no-deps", "-w", folder, str(ROOT / "idempotency")]
+    subprocess.run(pip_wheel, check=True)
+    return next(Path(folder).glob("mcp_idempotency-*.whl"))
+
+
+def install(python: Path, installs: list[list[str]], wheel: Path) -> None:
+    """Each of `installs` done by the pip of `python`, the wheel's place filled in."""
+    for arguments in installs:
+        arguments = [argument.replace(WHEEL, str(wheel)) for argument in arguments]
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *arguments], cwd=ROOT, check=True)
+
+
 def main() -> None:
-    """Prepare both environments, then run pytest in the first with the options given."""
-    pythons = [prepared(folder, requirements) for folder, requirements in ENVIRONMENTS.items()]
+    """Build the wheel, prepare both environments, then run pytest in the first with the options given."""
+    pythons = {folder: environment(folder) for folder in ENVIRONMENTS}
+    with tempfile.TemporaryDirectory() as folder:
+        wheel = built_wheel(pythons[".venv-2x"], folder)
+        for name, installs in ENVIRONMENTS.items():
+            install(pythons[name], installs, wheel)
     # Two pytest workers (pytest-xdist): most tests wait on a server's sleep or start, so two share two cores.
     options = sys.argv[1:] or ["-m", "not slow", "-n", "2"]
-    sys.exit(subprocess.run([str(pythons[0]), "-m", "pytest", "tests", *options], cwd=ROOT).returncode)
+    sys.exit(subprocess.run([str(pythons[".venv"]), "-m", "pytest", "tests", *options], cwd=ROOT).returncode)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 import json
 import subprocess
+from pathlib import Path
 
 from wire import sdk2_python
 
@@ -13,6 +14,8 @@ print(json.dumps({
     "version": mcp_idempotency.__version__,
     "metadata version": installed.version,
     "scripts": sorted(entry.name for entry in installed.entry_points if entry.group == "console_scripts"),
+    "imported from": mcp_idempotency.__file__,
+    "files": sorted(str(path) for path in installed.files),
 }))
 """
 
@@ -31,3 +34,12 @@ def test_the_package_version_is_importable_and_is_the_one_installed():
 
 def test_the_package_puts_only_its_store_command_on_the_path():
     assert installed_package()["scripts"] == ["mcp-idempotency-store"]
+
+
+def test_the_package_is_installed_from_its_wheel_with_its_type_marker_and_schema():
+    package = installed_package()
+    source = Path(__file__).resolve().parent.parent / "idempotency"
+    assert not Path(package["imported from"]).resolve().is_relative_to(source), package["imported from"]
+    shipped = {path for path in package["files"] if path.startswith("mcp_idempotency/")}
+    assert {"mcp_idempotency/py.typed", "mcp_idempotency/stores/postgres_v3.sql"} <= shipped
+    assert not [path for path in package["files"] if path.startswith("mcp_idempotency_demo/")]
