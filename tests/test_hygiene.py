@@ -1,4 +1,5 @@
-"""What a reader can count on in every tracked file: each fits in 500 lines, and no Python file edits sys.path.
+"""What a reader can count on in every tracked file: each fits in 500 lines, the README is a front page
+of at most 150, and no Python file edits sys.path.
 
 The kit is one file an outsider downloads (conformance/kit.py), and npm writes its lockfiles: both are
 left out of the length rule, and nothing else is. The sys.path rule reads every line, strings included,
@@ -11,6 +12,7 @@ import subprocess
 from wire import ROOT
 
 MOST_LINES = 500
+FRONT_PAGE_LINES = 150  # README.md: what it fixes, the two commands, one scenario, a link per reader
 LONG_BY_DESIGN = {"conformance/kit.py"}
 SYS_PATH_EDIT = re.compile(r"\bsys\.path\s*(\.\s*(insert|append|extend|remove)\b|\[[^\]]*\]\s*=|\+?=)")
 
@@ -29,6 +31,11 @@ def test_no_tracked_file_is_over_500_lines():
     lines = {path: len((ROOT / path).read_bytes().splitlines()) for path in tracked_files() if written_by_hand(path)}
     too_long = {path: count for path, count in lines.items() if count > MOST_LINES}
     assert lines and too_long == {}, too_long
+
+
+def test_the_readme_is_a_front_page_of_at_most_150_lines():
+    lines = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
+    assert 0 < lines <= FRONT_PAGE_LINES, lines
 
 
 def test_no_python_file_edits_sys_path():
