@@ -65,8 +65,9 @@ def outbox_server(keys: Idempotency, relay_delay: float) -> MCPServer:
         "outbox",
         version="1.0",
         log_level="WARNING",
+        extensions=[keys],
+        middleware=[keys.advertise],
         lifespan=keys.lifespan,
-        middleware=[keys],
         tools=[strict(Tool.from_function(send_email))],
     )
 
@@ -103,12 +104,7 @@ def main() -> None:
     refusal = sdk_hides_the_key()  # P12': never look idempotent while deduplicating nothing
     if refusal is not None:
         sys.exit(refusal)
-    keys = Idempotency(
-        settings.store,
-        server_info={"name": "outbox", "version": "1.0"},
-        limits=options.limits_of(settings),
-        placement=settings.placement,
-    )
+    keys = Idempotency(settings.store, limits=options.limits_of(settings), placement=settings.placement)
     outbox_server(keys, settings.charge_delay).run()
 
 

@@ -11,10 +11,12 @@ key, T times with -32602 and error.data DATA before it runs: a server whose reje
 from collections import Counter
 from typing import Any, ClassVar
 
+import mcp_types
+from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 
 from mcp_idempotency import rules
-from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency.layer import Idempotency
 from mcp_idempotency_demo import ledger_server
 
 
@@ -23,14 +25,16 @@ class PolicyServer(Idempotency):
 
     refused: ClassVar[Counter[str]] = Counter()  # key -> how many times its call was refused so far
 
-    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
-        params = ctx.params if isinstance(ctx.params, dict) else {}
-        note = (params.get("arguments") or {}).get("note")
-        key = params.get("idempotencyKey")
+    async def intercept_tool_call(
+        self, params: mcp_types.CallToolRequestParams, ctx: Any, call_next: CallNext
+    ) -> HandlerResult:
+        sent = ctx.params or {}
+        note = (sent.get("arguments") or {}).get("note")
+        key = sent.get("idempotencyKey")
         if isinstance(note, dict) and "reject" in note and self.refused[key] < note.get("times", 1):
             self.refused[key] += 1
             raise MCPError(rules.ERROR_CODE, "refused on request (tests/policy_server.py)", note["reject"])
-        return await super().tools_call(ctx, call_next)
+        return await super().intercept_tool_call(params, ctx, call_next)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import sys
 {hide}
 from mcp_idempotency.layer import Idempotency
 try:
-    Idempotency({url!r}, server_info={{"name": "s", "version": "1"}})
+    Idempotency({url!r})
 except Exception as error:
     print(type(error).__name__ + ": " + str(error))
 else:
@@ -47,14 +47,14 @@ def test_a_store_url_the_package_can_open_is_taken_without_opening_it(url):
     assert built(url) == "accepted"
 
 
-WITHOUT_LIFESPAN = """
+WIRED = """
 import anyio
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from mcp_idempotency.layer import Idempotency
 
-keys = Idempotency("memory", server_info={"name": "s", "version": "1"})
-server = MCPServer("s", middleware=[keys])  # lifespan=keys.lifespan forgotten
+keys = Idempotency("memory")
+server = MCPServer("s", {wiring})
 
 
 async def main():
@@ -68,12 +68,36 @@ async def main():
 
 anyio.run(main)
 """
+EVERYTHING = "extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan"
 
 
-def test_a_layer_whose_store_was_never_opened_refuses_the_handshake_before_advertising_anything():
-    ran = subprocess.run([sdk2_python(), "-c", WITHOUT_LIFESPAN], capture_output=True, text=True, timeout=60)
-    fix = "the idempotency store was never opened: pass lifespan=keys.lifespan to MCPServer"
-    assert ran.stdout == f"refused: {fix}\n", ran.stdout + ran.stderr
+def served(wiring: str) -> subprocess.CompletedProcess:
+    """A server wired to the layer as `wiring` says, and one client's handshake with it, in process."""
+    return subprocess.run(
+        [sdk2_python(), "-c", WIRED.format(wiring=wiring)], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_layer_wired_in_full_serves():
+    ran = served(EVERYTHING)
+    assert ran.stdout.startswith("served: "), ran.stdout + ran.stderr
+
+
+@pytest.mark.parametrize(
+    "forgotten, fix",
+    [
+        ("lifespan=keys.lifespan", "the idempotency store was never opened: pass lifespan=keys.lifespan to MCPServer"),
+        ("extensions=[keys]", "the idempotency layer never sees a tools/call: pass extensions=[keys] to MCPServer"),
+        (
+            "middleware=[keys.advertise]",
+            "the idempotency capability is never advertised: pass middleware=[keys.advertise] to MCPServer",
+        ),
+    ],
+    ids=["lifespan", "extensions", "middleware"],
+)
+def test_a_layer_wired_in_part_refuses_to_serve_before_advertising_anything_in_one_line_naming_the_fix(forgotten, fix):
+    ran = served(", ".join(part for part in EVERYTHING.split(", ") if part != forgotten))
+    assert ran.stdout.startswith("refused: ") and fix in ran.stdout, ran.stdout + ran.stderr
     assert fix in ran.stderr.splitlines()  # and said once, in one line, where the operator looks
 
 

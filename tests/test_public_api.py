@@ -1,6 +1,7 @@
 """The package's public API as an implementer meets it: importing it builds no server, and a
 server nobody here wrote for the demo, idempotency/examples/booking.py, built from that API
-alone (MCPServer(lifespan=keys.lifespan, middleware=[keys])), passes the conformance kit."""
+alone (MCPServer(extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan)), passes the conformance
+kit."""
 
 import json
 import subprocess

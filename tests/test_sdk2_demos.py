@@ -27,14 +27,14 @@ class StandIn(Idempotency):
 ledger_server.main(StandIn)
 """
 NO_DEDUPLICATION = """
-    async def tools_call(self, ctx, call_next):  # the capability is still advertised, the key ignored
+    async def intercept_tool_call(self, params, ctx, call_next):  # the capability is still advertised, the key ignored
         return await call_next(ctx)
 """
 DEDUPLICATION_WITHOUT_A_KEY = """
     answered = {}
-    async def tools_call(self, ctx, call_next):  # charge_unguarded answered once per amount, though no key came
+    async def intercept_tool_call(self, params, ctx, call_next):  # charge_unguarded answered once per amount, unkeyed
         if ctx.params["name"] != "charge_unguarded":
-            return await super().tools_call(ctx, call_next)
+            return await super().intercept_tool_call(params, ctx, call_next)
         if repr(ctx.params.get("arguments")) not in self.answered:
             self.answered[repr(ctx.params.get("arguments"))] = await call_next(ctx)
         return self.answered[repr(ctx.params.get("arguments"))]

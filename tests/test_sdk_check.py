@@ -240,10 +240,10 @@ def test_refuses_to_run_when_the_sdk_loses_the_key(tmp_path, script, form):
 
 @pytest.mark.targets("2x-stdio", "2x-http")
 @pytest.mark.parametrize("form", SDK2_FORMS)
-def test_sdk2_server_refuses_to_start_when_the_key_does_not_reach_its_middleware(tmp_path, form):
+def test_sdk2_server_refuses_to_start_when_the_key_does_not_reach_its_extension(tmp_path, form):
     line = one_line(run(sdk2_python(), *SDK2_SERVER, "--store", "memory", site=SDK2_FORMS[form], tmp_path=tmp_path))
 
-    assert "does not hand a tools/call's idempotencyKey to server middleware" in line  # the cause
+    assert "does not hand a tools/call's idempotencyKey to an Extension" in line  # the cause
     assert "pip install ./idempotency" in line  # the fix
 
 
@@ -326,4 +326,4 @@ def test_a_server_built_from_the_library_alone_refuses_to_start_when_the_key_is_
     refused = run(sdk2_python(), booking, "--store", "memory", site=SDK2_FORMS[form], tmp_path=tmp_path)
 
     assert refused.returncode != 0 and refused.stdout == ""  # nothing served
-    assert "does not hand a tools/call's idempotencyKey to server middleware" in refused.stderr.splitlines()[0]
+    assert "does not hand a tools/call's idempotencyKey to an Extension" in refused.stderr.splitlines()[0]

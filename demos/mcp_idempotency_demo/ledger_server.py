@@ -75,8 +75,13 @@ def confirmation(amount: int) -> mcp_types.ElicitRequest:
 # ----------------------------------------------------------------------------
 
 
+def with_idempotency(keys: Idempotency) -> dict[str, Any]:
+    """The MCPServer arguments that add the idempotency layer: the one line a server writes."""
+    return {"extensions": [keys], "middleware": [keys.advertise], "lifespan": keys.lifespan}
+
+
 def with_tasks(keys: Idempotency, task_tools: Collection[str] = TASK_TOOLS) -> dict[str, Any]:
-    """P24: the MCPServer arguments that add the tasks extension around and inside the idempotency layer;
+    """P24: the MCPServer arguments that add the tasks extension inside the idempotency layer, its gate outside;
     `task_tools` run as tasks (the official suite's fixture server names its own: tests/official_conformance)."""
     extension = tasks.Tasks(keys, task_tools, SERVER_INFO)
 
@@ -85,11 +90,12 @@ def with_tasks(keys: Idempotency, task_tools: Collection[str] = TASK_TOOLS) -> d
         async with keys.lifespan(server) as opened, extension.running():
             yield opened
 
-    # P24: the layer sits outside Tasks. It sees the call first, so a key's outcome is
-    # the CreateTaskResult, committed with the task it names, and a retry gets that
-    # handle back: one task. Inside-out, each retry would make a task of its own
-    # before any key was looked at. The gate sits outside both, as a replay needs it.
-    return {"lifespan": lifespan, "middleware": [extension.gate, keys, extension]}
+    # P24: the layer sits outside Tasks (the first extension is the outermost interceptor).
+    # It sees the call first, so a key's outcome is the CreateTaskResult, committed with
+    # the task it names, and a retry gets that handle back: one task. Inside-out, each
+    # retry would make a task of its own before any key was looked at. The gate, a
+    # middleware, sits outside both, as a replay needs it, and serves the task methods.
+    return {"extensions": [keys, extension], "middleware": [extension.gate, keys.advertise], "lifespan": lifespan}
 
 
 def ledger_server(
@@ -97,7 +103,7 @@ def ledger_server(
 ) -> MCPServer:
     """The ledger tools on an MCPServer, with `keys` as its idempotency layer (and Tasks, P24); `state_key`
     seals requestState (else a key of this process's own)."""
-    layers = with_tasks(keys) if run_tasks else {"lifespan": keys.lifespan, "middleware": [keys]}
+    layers = with_tasks(keys) if run_tasks else with_idempotency(keys)
     mcp = MCPServer(
         **SERVER_INFO,
         log_level="WARNING",  # WARNING: stderr is for our decisions
@@ -359,9 +365,7 @@ def main(
     )
     log.info("%s", tenancy(settings))
     principal = one_tenant if settings.issuer is None else token_principal
-    keys = layer(
-        settings.store, server_info=SERVER_INFO, limits=limits, principal=principal, placement=settings.placement
-    )
+    keys = layer(settings.store, limits=limits, principal=principal, placement=settings.placement)
     if settings.transport == "stdio":
         ledger_server(keys, settings.charge_delay, settings.tasks, settings.state_key).run()
     else:

@@ -1,16 +1,18 @@
 """The tasks extension of 2026-07-28 (SEP-2663), server side, for the demo's charges: P24.
 
-The mcp 2.3.0 SDK has no Tasks, so this module builds them on its public hook, two
-server middlewares around the idempotency layer (ledger_server.py sets the order):
+The mcp 2.3.0 SDK has no Tasks, so this module builds them on its public hooks, an
+Extension inside the idempotency layer and a server middleware outside it
+(ledger_server.py sets the order):
 
-    middleware=[tasks.gate, keys, tasks]
+    extensions=[keys, tasks], middleware=[tasks.gate, keys.advertise]
 
-`tasks` (inside the layer) answers a declaring `tools/call` of a task tool with a
-`CreateTaskResult` and runs the tool afterwards, and serves `tasks/get`,
-`tasks/update` and `tasks/cancel`. `tasks.gate` (outside the layer) holds the MUST
-NOT that a replay could break: no task to a request that did not declare the
-extension. Read it in the order of SEP-2663: who declared it, task creation (durable
-before it is answered), the work, then the task methods and their gates.
+`tasks` (an Extension, the interceptor after the layer's) answers a declaring
+`tools/call` of a task tool with a `CreateTaskResult` and runs the tool afterwards; the
+SDK advertises it under `capabilities.extensions`. `tasks.gate` (outside the layer)
+serves `tasks/get`, `tasks/update` and `tasks/cancel`, and holds the MUST NOT that a
+replay could break: no task to a request that did not declare the extension. Read it in
+the order of SEP-2663: who declared it, task creation (durable before it is answered),
+the work, then the task methods and their gates.
 
 Tasks live in the store the records and the ledger live in (a table of this demo's,
 written through the layer's unit of work as mcp_idempotency_demo/ledger.py does), so every instance
@@ -23,7 +25,7 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,11 +35,15 @@ import anyio
 import mcp_types
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
 
-from mcp_idempotency.layer import Idempotency, internal_error, well_formed
+from mcp_idempotency.layer import Idempotency
+from mcp_idempotency.rules import INTERNAL_ERROR
 from mcp_idempotency.stores import Transaction
 from mcp_idempotency.stores.sqlite import SQLiteTransaction
 
@@ -48,7 +54,6 @@ log = logging.getLogger("idempotency")
 EXTENSION = "io.modelcontextprotocol/tasks"
 TASK_METHODS = ("tasks/get", "tasks/update", "tasks/cancel")
 POLL_INTERVAL_MS = 100  # the demo's charges take a fraction of a second
-CallNext = Callable[[Any], Awaitable[Any]]
 
 # ----------------------------------------------------------------------------
 # The task table, on SQLite and PostgreSQL
@@ -170,6 +175,11 @@ def is_task(result: Any) -> bool:
     return isinstance(result, Mapping) and result.get("resultType") == "task"
 
 
+def as_json(result: HandlerResult) -> Any:
+    """The tool's result as the SDK writes it on the wire: what tasks/get answers once the task has finished."""
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True) if isinstance(result, BaseModel) else result
+
+
 @dataclass
 class Job:
     """A task's work: the rest of the SDK's chain for the call, run once the task exists."""
@@ -191,8 +201,10 @@ class Cancelled(Exception):
 # ----------------------------------------------------------------------------
 
 
-class Tasks:
+class Tasks(Extension):
     """SEP-2663 for the demo's ledger server: `tasks.gate` outside the idempotency layer, `tasks` inside it."""
+
+    identifier = EXTENSION
 
     def __init__(self, keys: Idempotency, task_tools: Collection[str], server_info: Mapping[str, str]):
         self.keys, self.task_tools, self.server_info = keys, frozenset(task_tools), dict(server_info)
@@ -241,14 +253,14 @@ class Tasks:
         except Exception:
             log.exception("task %s failed", job.task_id)
             async with self.keys.transaction() as tx:
-                outcome = json.dumps({"error": internal_error().error.model_dump(exclude_none=True)})
+                outcome = json.dumps({"error": INTERNAL_ERROR})
                 await execute(tx, FINISH, "failed", now(), outcome, job.task_id)
 
     async def run_and_finish(self, job: Job) -> None:
         """P17 for a task: the tool's charge and the task's completion commit together, or neither."""
         async with self.keys.transaction() as tx:
             try:
-                outcome: dict[str, Any] = {"result": await job.call_next(job.ctx)}
+                outcome: dict[str, Any] = {"result": as_json(await job.call_next(job.ctx))}
                 status = "completed"  # SEP-2663: a result with isError too
             except MCPError as error:
                 outcome, status = {"error": error.error.model_dump(exclude_none=True)}, "failed"
@@ -257,21 +269,15 @@ class Tasks:
                 raise Cancelled(job.task_id)
         log.info("task %s: %s", job.task_id, status)
 
-    # -- the middleware inside the layer -------------------------------------
+    # -- the interceptor inside the layer ------------------------------------
 
-    async def __call__(self, ctx: Any, call_next: CallNext) -> Any:
-        """Inside the idempotency layer: create the task a declaring call of a task tool gets, or serve tasks/*."""
-        if ctx.request_id is None:
-            return await call_next(ctx)
-        if ctx.method in TASK_METHODS:
-            return await self.task_method(ctx)
-        if ctx.method == "tools/call" and self.runs_as_task(ctx):
+    async def intercept_tool_call(
+        self, params: mcp_types.CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """Inside the idempotency layer: a declaring call of a task tool gets a task (SEP-2663: the server decides)."""
+        if declares_tasks(ctx) and params.name in self.task_tools:
             return await self.create(ctx, call_next)
         return await call_next(ctx)
-
-    def runs_as_task(self, ctx: Any) -> bool:
-        """SEP-2663, the server decides: a well-formed call of a charge, from a request that declared the extension."""
-        return declares_tasks(ctx) and well_formed(ctx) and ctx.params["name"] in self.task_tools
 
     async def create(self, ctx: Any, call_next: CallNext) -> dict[str, Any]:
         """SEP-2663 task creation: the task durably in the store before its CreateTaskResult is answered."""
@@ -286,17 +292,15 @@ class Tasks:
             await execute(tx, INSERT, task_id, self.owner(), created, created)
         self._jobs.send_nowait(Job(task_id, ctx, call_next))
         log.info("task %s: created for %s", task_id, ctx.params["name"])
-        return self.stamped(
-            {
-                "resultType": "task",
-                "taskId": task_id,
-                "status": "working",
-                "createdAt": created,
-                "lastUpdatedAt": created,
-                "ttlMs": None,  # kept for as long as the store is: nothing here purges tasks
-                "pollIntervalMs": POLL_INTERVAL_MS,
-            }
-        )
+        return {  # the SDK stamps the server's info on it, as on any handler's result
+            "resultType": "task",
+            "taskId": task_id,
+            "status": "working",
+            "createdAt": created,
+            "lastUpdatedAt": created,
+            "ttlMs": None,  # kept for as long as the store is: nothing here purges tasks
+            "pollIntervalMs": POLL_INTERVAL_MS,
+        }
 
     def owner(self) -> str:
         """The principal a task belongs to, as the layer finds it (K2): one tenant, or the token's (issuer, subject)."""
@@ -358,11 +362,11 @@ class Tasks:
     # -- the middleware outside the layer --------------------------------------
 
     async def gate(self, ctx: Any, call_next: CallNext) -> Any:
-        """Outside the idempotency layer: advertise the extension, and keep its MUST NOT on every answer."""
+        """Outside the idempotency layer: serve the task methods, and keep the MUST NOT on every answer."""
+        if ctx.request_id is not None and ctx.method in TASK_METHODS:
+            return await self.task_method(ctx)
         result = await call_next(ctx)
-        if ctx.method == "server/discover":
-            result.setdefault("capabilities", {}).setdefault("extensions", {})[EXTENSION] = {}
-        elif ctx.method == "tools/call" and is_task(result) and not declares_tasks(ctx):
+        if ctx.method == "tools/call" and is_task(result) and not declares_tasks(ctx):
             # P24: the layer replays a key's recorded CreateTaskResult to a retry whose
             # fingerprint matches, and the fingerprint ignores _meta (E1), where the
             # declaration lives. SEP-2663: never a task to a request that did not declare

@@ -28,11 +28,11 @@ parser.add_argument("--port", type=int, default=8000, help="HTTP: on 127.0.0.1, 
 options = parser.parse_args()
 
 keys = Idempotency(
-    options.store,
-    server_info={"name": "booking", "version": "1.0"},
-    limits=Limits(retention=options.retention, lease=options.lease, max_records=options.max_records),
+    options.store, limits=Limits(retention=options.retention, lease=options.lease, max_records=options.max_records)
 )
-mcp = MCPServer("booking", version="1.0", lifespan=keys.lifespan, middleware=[keys])  # the one line
+mcp = MCPServer(  # the one line: the layer, its capability, its store's lifetime
+    "booking", version="1.0", extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan
+)
 booked = {"bookings": 0, "seats": 0}
 waiting: list[int] = []
 

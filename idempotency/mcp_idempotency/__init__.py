@@ -3,7 +3,8 @@
 The public API, each in its module (this file imports none of them, so the stores
 and the rules load without the SDK):
 
-    mcp_idempotency.layer     Idempotency, the dispatch layer: MCPServer(lifespan=keys.lifespan, middleware=[keys])
+    mcp_idempotency.layer     Idempotency, the dispatch layer, an SDK Extension:
+                              MCPServer(extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan)
     mcp_idempotency.stores    open_store, Limits, and the unit of work a tool joins (P17); the command
                               `mcp-idempotency-store upgrade URL` (stores/command.py)
     mcp_idempotency.rules     what a valid key is, when two calls are the same request, the rejections

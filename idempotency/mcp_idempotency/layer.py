@@ -1,14 +1,15 @@
-"""SEP-3182's dispatch layer for any MCPServer on mcp 2.x, added in one line.
+"""SEP-3182's dispatch layer for any MCPServer on mcp 2.x, an SDK `Extension`.
 
-    keys = Idempotency("sqlite:notes.db", server_info={"name": "notes", "version": "1.0"})
-    mcp = MCPServer("notes", lifespan=keys.lifespan, middleware=[keys])
+    keys = Idempotency("sqlite:notes.db")
+    mcp = MCPServer("notes", extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan)
 
-The layer is a server middleware, the SDK's public hook that sees every message as
-raw params before any handler runs, and the wire result of `server/discover`, where
-the capability is added (no server API declares it). The SDK's `Extension` hook
-would serve for tools/call with one validation instead of two: its
-`intercept_tool_call` gets typed params without the key, but `ctx.params` keeps
-the raw `idempotencyKey`. `lifespan` probes the SDK and opens the store.
+The layer is the SDK's `Extension` hook for tools/call: `intercept_tool_call` runs after
+the SDK has validated the request, once, and before any tool; its `ctx.params` still
+holds the raw `idempotencyKey`, which the typed params drop. What it returns, a replay
+included, the SDK shapes for the revision the client speaks, like any handler result.
+Only the capability needs a middleware, `keys.advertise`: no server API declares
+`capabilities.tools.idempotency`, so it is written into the handshake's result. The
+lifespan, `keys.lifespan`, probes the SDK and keeps the store open while the server runs.
 
 Read it top to bottom, in the order of the SEP: read the key (P1, P2), fingerprint
 the request (P3), claim the key (P16), then conflict, in progress, replay (P4,
@@ -18,13 +19,20 @@ that unit of work through `keys.transaction()`; one whose effect is elsewhere (a
 e-mail) needs nothing, with S4's caveat: a crash between the effect and the
 record lets the retry send it again.
 
+The decisions a subclass may change, one method each: `key_of` (where and what a key
+is), `fingerprint` (what makes two requests the same), `principal` (whose call it is,
+given to the constructor), `store_key` and `share_of` (how records are scoped and
+counted), `answer` (what a record that holds the key gives a retry), `never_kept`
+(which outcomes are not recorded), `run_scope` (what may stop a keyed run) and
+`advertised` (the capability). `intercept_tool_call` is the algorithm itself.
+
 Ids such as S1 (a rule of SEP-3182, as this project lists them) and P9 (a position
 it takes where the SEP is silent) are this project's: the SEP numbers nothing;
 tests/CONFORMANCE.md lists both.
 """
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -32,10 +40,13 @@ import anyio
 import anyio.lowlevel
 import mcp_types
 from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension
+from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
-from mcp_types.methods import is_input_required, serialize_server_result, validate_client_request
+from mcp_types.methods import is_input_required
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from pydantic import BaseModel
 from pydantic_core import from_json, to_json
 
 from . import rules
@@ -43,9 +54,13 @@ from .probe import why_the_key_is_hidden
 from .rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE, Placement
 from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won, checked_url, open_store
 
+__all__ = ["Idempotency", "Outcome", "Principal", "one_tenant", "rejection", "token_principal"]
+
 log = logging.getLogger("idempotency")
 
 NOT_OPEN = "the idempotency store was never opened: pass lifespan=keys.lifespan to MCPServer"
+NOT_ADVERTISED = "the idempotency capability is never advertised: pass middleware=[keys.advertise] to MCPServer"
+NOT_INSTALLED = "the idempotency layer never sees a tools/call: pass extensions=[keys] to MCPServer"
 
 SHARED_KEY_SPACE = (
     "served over HTTP without authorisation: every caller shares one key space, so a key one client sends "
@@ -53,7 +68,7 @@ SHARED_KEY_SPACE = (
 )
 
 Outcome = dict[str, Any] | MCPError  # what a tools/call produced: a result, or a JSON-RPC error
-CallNext = Callable[[Any], Awaitable[Any]]
+Context = ServerRequestContext[Any, Any]
 
 # ----------------------------------------------------------------------------
 # Whose key it is (K2, P10'', P21): the principal a record is scoped to
@@ -87,7 +102,7 @@ def token_principal() -> Principal:
 
 
 # ----------------------------------------------------------------------------
-# Rejections and recorded outcomes, as the wire carries them
+# Rejections and recorded outcomes
 # ----------------------------------------------------------------------------
 
 
@@ -101,29 +116,42 @@ def internal_error() -> MCPError:
     return MCPError(**rules.INTERNAL_ERROR)
 
 
-def well_formed(ctx: Any) -> bool:
-    """Would the SDK accept these tools/call params? If not, it answers them itself and nothing runs."""
-    try:
-        validate_client_request("tools/call", ctx.protocol_version, ctx.params)
-        return True
-    except (ValidationError, KeyError, ValueError):
-        return False
+def as_mapping(result: HandlerResult) -> dict[str, Any]:
+    """A handler's result as the SDK dumps it for the wire, before it shapes it for a revision."""
+    if isinstance(result, BaseModel):
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dict(result or {})
 
 
-def recorded(outcome: Outcome, revision: str) -> str:
-    """P6: an outcome as the store keeps it: a result with the revision it was shaped for, or an error."""
+def recorded(outcome: Outcome) -> str:
+    """P6: an outcome as the store keeps it: a result, or an error."""
     if isinstance(outcome, MCPError):
         return to_json({"error": outcome.error.model_dump(exclude_none=True)}).decode()
-    return to_json({"revision": revision, "result": outcome}).decode()
+    return to_json({"result": outcome}).decode()
 
 
-def recorded_as(outcome: Outcome, key: str, revision: str) -> tuple[Outcome, str]:
+def recorded_as(outcome: Outcome, key: str) -> tuple[Outcome, str]:
     """P6': the outcome and its text for the store; an outcome that cannot be written down is an internal error."""
     try:
-        return outcome, recorded(outcome, revision)
+        return outcome, recorded(outcome)
     except Exception:
         log.exception("internal error: key=%r, its outcome cannot be recorded", key)
-        return internal_error(), recorded(internal_error(), revision)
+        return internal_error(), recorded(internal_error())
+
+
+def as_recorded_then(kept: dict[str, Any]) -> dict[str, Any]:
+    """A result recorded by an earlier version, already shaped for its revision: the server's stamp taken off."""
+    # The SDK stamps every 2026-07-28 result with this server's info; a stamp kept from
+    # then would be sent as it was, to a retry of another revision too.
+    result = dict(kept["result"])
+    meta = {name: value for name, value in result.pop("_meta", {}).items() if name != mcp_types.SERVER_INFO_META_KEY}
+    return {**result, "_meta": meta} if meta else result
+
+
+def expressible(result: Mapping[str, Any], revision: str) -> bool:
+    """P20: has this revision a shape for the recorded result? A result of an extension's type (a task) has none
+    before 2026-07-28."""
+    return revision in MODERN_PROTOCOL_VERSIONS or result.get("resultType") in (None, "complete")
 
 
 class AsksAgain(Exception):
@@ -142,16 +170,15 @@ def asks_again(outcome: Outcome) -> bool:
     return is_input_required(outcome)
 
 
-async def outcome_of(ctx: Any, call_next: CallNext, key: str) -> Outcome:
+async def outcome_of(ctx: Context, call_next: CallNext, key: str) -> Outcome:
     """P6': whatever the SDK's tools/call handler produces, a result or a JSON-RPC error; an
     internal error when something unexpected escapes it, so the key never stays running."""
     try:
-        result: dict[str, Any] = await call_next(ctx)
-        return result
+        return as_mapping(await call_next(ctx))
     except MCPError as error:
         return error
     except Exception:
-        log.exception("internal error: key=%r tool=%s", key, ctx.params["name"])  # the traceback, to stderr
+        log.exception("internal error: key=%r tool=%s", key, (ctx.params or {}).get("name"))  # to stderr
         return internal_error()
 
 
@@ -160,38 +187,40 @@ async def outcome_of(ctx: Any, call_next: CallNext, key: str) -> Outcome:
 # ----------------------------------------------------------------------------
 
 
-class Idempotency:
-    """SEP-3182 for one MCPServer: `lifespan=keys.lifespan, middleware=[keys]`.
+class Idempotency(Extension):
+    """SEP-3182 for one MCPServer: `extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan`.
 
     Everything it needs is passed in: the store's URL (memory, sqlite:PATH or
-    postgresql://...), its limits (retention P8, lease P18, bound P9, key length P2), the server's
-    info (stamped on a replay shaped for 2026-07-28, P20), how to find the
-    principal of a request (K2) and where the key and the capability are (P26).
-    A subclass may change one decision by overriding the method that makes it;
-    tests/stand_ins/ do, to break one rule each.
+    postgresql://...), its limits (retention P8, lease P18, bound P9, key length P2), how
+    to find the principal of a request (K2) and where the key and the capability are (P26).
     """
+
+    identifier = rules.EXTENSION_ID  # advertised under capabilities.extensions only with the key in _meta
 
     def __init__(
         self,
         store: str,
         *,
-        server_info: Mapping[str, str],
         limits: Limits = Limits(),
         principal: Callable[[], Principal] = one_tenant,
         placement: Placement = Placement.PARAMS,
     ):
         self.store_url, self.limits, self.principal = checked_url(store), limits, principal  # a bad URL fails here
         self.placement = placement  # P26: it decides only where the key is read and the capability written
-        self.server_info = dict(server_info)
         self._store: Store | None = None
+        self.applied = False  # by an MCPServer, given extensions=[keys]
         self.shared_key_space_told = False  # said once: over HTTP without authorisation, one key space
 
     # -- the store, open while the server runs -------------------------------
 
     @asynccontextmanager
-    async def lifespan(self, _server: Any) -> AsyncIterator["Idempotency"]:
-        """P12', P15: refuse to serve on an SDK that hides the key; then the store, open while the server runs."""
+    async def lifespan(self, server: MCPServer[Any]) -> AsyncIterator["Idempotency"]:
+        """P12', P15: refuse to serve on an SDK that hides the key, or unwired; then the store, open while it runs."""
         refusal = await why_the_key_is_hidden()  # probed, not assumed: else the server looks idempotent and is not
+        if refusal is None and not self.applied:
+            refusal = NOT_INSTALLED  # the capability would be advertised, and no key ever read
+        if refusal is None and self.advertise not in server.middleware:
+            refusal = NOT_ADVERTISED  # clients would never learn that they may send keys
         if refusal is not None:
             log.error("%s", refusal)
             raise RuntimeError(refusal)
@@ -209,72 +238,58 @@ class Idempotency:
             raise RuntimeError(NOT_OPEN)
         return self._store
 
-    def refuse_unless_open(self) -> None:
-        """Fail the handshake, before any capability is advertised, when the store was never opened."""
-        # The SDK gives the layer no start hook of its own: the handshake is the first moment it
-        # runs, and a client told the server is idempotent would retry on a server that cannot be.
-        if self._store is None:
-            log.error("%s", NOT_OPEN)
-            raise MCPError(code=rules.INTERNAL_ERROR["code"], message=NOT_OPEN)
-
     def transaction(self) -> UnitOfWork:
         """P17: a tool's unit of work in the store; under a keyed call it joins the layer's, as a savepoint."""
         return self.store.transaction()
 
-    # -- the middleware --------------------------------------------------------
+    # -- C1, P14: the capability, which no server API declares ---------------
 
-    async def __call__(self, ctx: Any, call_next: CallNext) -> Any:
-        """The server middleware: it sees every message, as raw params, before any handler runs."""
-        if ctx.request_id is None:
-            return await call_next(ctx)  # a notification, even one named tools/call: nothing to answer or record
-        if ctx.request is not None and self.principal is one_tenant and not self.shared_key_space_told:
-            self.shared_key_space_told = True  # K2: the operator learns it once, not per request
-            log.warning(SHARED_KEY_SPACE)
-        if ctx.method == "tools/call":
-            return await self.tools_call(ctx, call_next)
-        # P14: the 2.x SDK keeps no unknown capability, so it is added to the wire
-        # result of server/discover (2026-07-28) and of initialize (the 2025 handshake).
-        if ctx.method in ("server/discover", "initialize"):
-            self.refuse_unless_open()
-            return self.advertised(await call_next(ctx))
-        return await call_next(ctx)
+    async def advertise(self, ctx: Context, call_next: CallNext) -> HandlerResult:
+        """The server middleware that writes the capability into server/discover (2026-07-28) and initialize (2025)."""
+        if ctx.request_id is None or ctx.method not in ("server/discover", "initialize"):
+            return await call_next(ctx)
+        # Checked at the handshake, before any capability is advertised: a client told the server
+        # is idempotent would retry on a server that cannot be.
+        if self._store is None:
+            log.error("%s", NOT_OPEN)
+            raise MCPError(code=rules.INTERNAL_ERROR["code"], message=NOT_OPEN)
+        result = as_mapping(await call_next(ctx))
+        extensions = result.setdefault("capabilities", {}).get("extensions")
+        if self.placement is Placement.PARAMS and extensions:  # the SEP's field: this layer is no protocol extension
+            result["capabilities"]["extensions"] = {
+                name: value for name, value in extensions.items() if name != rules.EXTENSION_ID
+            }
+        return self.advertised(result)
 
     def advertised(self, result: dict[str, Any]) -> dict[str, Any]:
         """P14, P11', P26: the capability where the placement puts it, with the key length and window."""
-        settings = rules.capability(self.limits.max_key_length, self.limits.retention)
-        rules.advertise(result.setdefault("capabilities", {}), self.placement, settings)
+        rules.advertise(result.setdefault("capabilities", {}), self.placement, self.capability())
         return result
 
-    def key_of(self, params: Mapping[str, Any]) -> str | None:
-        """P1, P2, P26: the request's key where the placement reads it, or None when it carries none there."""
-        # P1: only the placement's own member counts (the sibling of `name` and `arguments`,
-        # or the extension's _meta key); a field of the same name anywhere else, in
-        # `arguments` or in the other placement, is the tool's business, not a key.
-        try:
-            return rules.checked_key(rules.sent_key(params, self.placement), self.limits.max_key_length)
-        except rules.InvalidKey as bad:
-            log.debug("invalid key: %s", bad)
-            raise rejection(INVALID_KEY, None, str(bad)) from None
+    def capability(self) -> dict[str, Any]:
+        """P11': the longest key taken and the window, in whole seconds."""
+        return rules.capability(self.limits.max_key_length, self.limits.retention)
 
-    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
-        """S0-S3: a tools/call, before any tool handler runs."""
-        # The SDK validates the params inside call_next, before any handler runs, and
-        # answers malformed ones itself. A call without a key is the SDK's alone, so it
-        # is validated there, once; a keyed one is checked here first (well_formed), so
-        # that malformed params never claim a key nor get a rejection or a replay.
-        params = ctx.params if isinstance(ctx.params, Mapping) else {}
-        try:
-            key = self.key_of(params)
-        except MCPError:
-            if well_formed(ctx):
-                raise
-            return await call_next(ctx)  # the SDK's own error for malformed params; nothing runs
+    def settings(self) -> dict[str, Any]:
+        """SEP-2133: what the SDK advertises under capabilities.extensions (on 2026-07-28), asked as it applies us."""
+        self.applied = True  # the SDK applies each extension as it builds the MCPServer: lifespan checks it did
+        return self.capability()
+
+    # -- S0-S3: a tools/call, before any tool runs ----------------------------
+
+    async def intercept_tool_call(
+        self, params: mcp_types.CallToolRequestParams, ctx: Context, call_next: CallNext
+    ) -> HandlerResult:
+        """S0-S3: the SDK validated the request; read its key from the raw params, then claim, answer or run."""
+        if ctx.request is not None and self.principal is one_tenant and not self.shared_key_space_told:
+            self.shared_key_space_told = True  # K2: the operator learns it once, not per request
+            log.warning(SHARED_KEY_SPACE)
+        sent = dict(ctx.params or {})  # the raw params: the typed `params` have no idempotencyKey
+        key = self.key_of(sent)
         if key is None:
-            log.debug("no key: tool=%s", params.get("name"))
+            log.debug("no key: tool=%s", params.name)
             return await call_next(ctx)  # exactly what the server did before
-        if not well_formed(ctx):
-            return await call_next(ctx)  # the SDK's own error for malformed params; nothing runs
-        fingerprint = rules.fingerprint(ctx.params["name"], ctx.params.get("arguments"))
+        fingerprint = self.fingerprint(sent)
         principal = self.principal()  # K2: whose call this is, found once
         store_key = self.store_key(principal, key)
         # P16: the store takes the key in one atomic step, or says which record holds it;
@@ -291,6 +306,21 @@ class Idempotency:
             raise rejection(STORE_FULL, key)
         return self.answer(claim, fingerprint, key, ctx)
 
+    def key_of(self, params: Mapping[str, Any]) -> str | None:
+        """P1, P2, P26: the request's key where the placement reads it, or None when it carries none there."""
+        # P1: only the placement's own member counts (the sibling of `name` and `arguments`,
+        # or the extension's _meta key); a field of the same name anywhere else, in
+        # `arguments` or in the other placement, is the tool's business, not a key.
+        try:
+            return rules.checked_key(rules.sent_key(params, self.placement), self.limits.max_key_length)
+        except rules.InvalidKey as bad:
+            log.debug("invalid key: %s", bad)
+            raise rejection(INVALID_KEY, None, str(bad)) from None
+
+    def fingerprint(self, params: Mapping[str, Any]) -> bytes:
+        """P3 (E1-E7): the tool's name and its arguments as JSON values; _meta and the key play no part."""
+        return rules.fingerprint(params["name"], params.get("arguments"))
+
     def store_key(self, principal: Principal, key: str) -> str:
         """K2, P21: the key as the store knows it: the principal's, so that no other principal's key can match it."""
         return rules.scoped_key(principal, key)
@@ -302,10 +332,10 @@ class Idempotency:
 
     # -- P4.2-P4.4: a record holds the key ------------------------------------
 
-    def answer(self, held: Held, fingerprint: bytes, key: str, ctx: Any) -> dict[str, Any]:
+    def answer(self, held: Held, fingerprint: bytes, key: str, ctx: Context) -> dict[str, Any]:
         """P4.2-P4.4: a record holds the key: conflict, in progress, or its replay."""
         if held.fingerprint != fingerprint:  # checked first, so a mismatch is a conflict even mid-run
-            log.debug("conflict: key=%r tool=%s", key, ctx.params["name"])
+            log.debug("conflict: key=%r tool=%s", key, (ctx.params or {}).get("name"))
             raise rejection(CONFLICT, key)
         if held.outcome is None:  # S1: reject at once, never wait
             log.debug("in progress: key=%r", key)
@@ -314,38 +344,22 @@ class Idempotency:
         return self.replay(held.outcome, ctx.protocol_version)
 
     def replay(self, outcome: str, revision: str) -> dict[str, Any]:
-        """P4.4 (S2): answer with the recorded outcome; the tool does not run."""
+        """P4.4 (S2, P20): the recorded outcome, which the SDK shapes for the retry's revision; no tool runs."""
         kept = from_json(outcome)
         if "error" in kept:
             raise MCPError(**kept["error"])
-        return self.shaped_for(kept["result"], kept["revision"], revision)
-
-    def shaped_for(self, result: dict[str, Any], recorded_for: str, revision: str) -> dict[str, Any]:
-        """P20: a recorded result in the shape of the revision the retry speaks."""
-        if revision == recorded_for:
-            return result  # byte for byte (P6)
-        # 2026-07-28 results carry resultType and a serverInfo stamp in _meta that the
-        # 2025 handshake revisions do not define, and a 2026 client requires them.
-        result = dict(result)
-        meta = {
-            name: value for name, value in result.pop("_meta", {}).items() if name != mcp_types.SERVER_INFO_META_KEY
-        }
-        result.pop("resultType", None)
-        if revision in MODERN_PROTOCOL_VERSIONS:
-            result["resultType"] = "complete"
-            meta[mcp_types.SERVER_INFO_META_KEY] = dict(self.server_info)
-        if meta:
-            result["_meta"] = meta
-        shaped: dict[str, Any] = serialize_server_result("tools/call", revision, result)
-        return shaped
+        result: dict[str, Any] = as_recorded_then(kept) if "revision" in kept else kept["result"]
+        if not expressible(result, revision):  # nothing runs, and the record stays for a retry that can take it
+            raise MCPError(code=mcp_types.INVALID_PARAMS, message=f"the recorded outcome has no form in {revision}")
+        return result
 
     # -- P4.1: the key is ours: run the tool once, and record what it produced --
 
     async def run_once(
-        self, ctx: Any, call_next: CallNext, key: str, store_key: str, fingerprint: bytes, owner: str
+        self, ctx: Context, call_next: CallNext, key: str, store_key: str, fingerprint: bytes, owner: str
     ) -> dict[str, Any]:
         """P4.1, P6', P7, P17, P18, P23: run the tool to completion and record its outcome with its side effect."""
-        log.debug("claimed: key=%r tool=%s", key, ctx.params["name"])
+        log.debug("claimed: key=%r tool=%s", key, (ctx.params or {}).get("name"))
         with self.run_scope():
             try:
                 outcome, recorded_now = await self.run_and_record(ctx, call_next, key, store_key, fingerprint)
@@ -388,7 +402,7 @@ class Idempotency:
         return asks_again(outcome)
 
     async def run_and_record(
-        self, ctx: Any, call_next: CallNext, key: str, store_key: str, fingerprint: bytes
+        self, ctx: Context, call_next: CallNext, key: str, store_key: str, fingerprint: bytes
     ) -> tuple[Outcome, bool]:
         """P17, P18: run the tool and complete its record in one unit of work: (the outcome, recorded or fenced)."""
         # P17: the tool's own writes to the store join this unit of work, so the charge
@@ -401,7 +415,7 @@ class Idempotency:
                 raise StoreUnavailable("the unit of work failed") from tx.failure
             if self.never_kept(outcome):
                 raise AsksAgain(outcome)  # rolls the unit of work back; run_once gives the key back
-            outcome, text = recorded_as(outcome, key, ctx.protocol_version)
+            outcome, text = recorded_as(outcome, key)
             # P18: sent with the commit, which happens once, as the unit of work ends: the
             # first completion of the key wins; a later one rolls back with everything it did.
             tx.complete(store_key, fingerprint, text)

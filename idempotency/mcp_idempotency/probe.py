@@ -1,4 +1,4 @@
-"""P12': does this mcp build hand a tools/call's raw idempotencyKey to server middleware before the tool runs?
+"""P12': does this mcp build hand a tools/call's raw idempotencyKey to an Extension before the tool runs?
 
 A build that hid the key would let a server look idempotent while it deduplicated
 nothing, so a server checks, by sending one keyed call through the SDK in process,
@@ -11,27 +11,40 @@ from typing import Any
 import anyio
 import mcp_types
 from mcp import Client
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension
 from mcp.server.mcpserver import MCPServer
 
 from .keyed_call import KeyedCall, KeyedCallParams
 
+__all__ = ["sdk_hides_the_key", "why_the_key_is_hidden"]
+
 SDK_HIDES_KEY = (
-    "mcp {version} does not hand a tools/call's idempotencyKey to server middleware before the "
+    "mcp {version} does not hand a tools/call's idempotencyKey to an Extension before the "
     "tool runs ({why}), so nothing would be deduplicated; install the SDK this layer was "
     "tested on: pip install ./idempotency"
 )
 
 
-async def what_the_sdk_does_with_a_key() -> list[str]:
-    """Send a keyed tools/call through the SDK, in process; list what saw the key, in order."""
-    seen = []
+class Watch(Extension):
+    """An extension that notes what its tools/call interceptor sees of the key, as the layer reads it."""
 
-    async def watch(ctx: Any, call_next: Any) -> Any:
-        if ctx.method == "tools/call":
-            seen.append(f"middleware saw {(ctx.params or {}).get('idempotencyKey')!r}")
+    identifier = "com.example.sep3182/probe"
+
+    def __init__(self, seen: list[str]):
+        self.seen = seen
+
+    async def intercept_tool_call(
+        self, params: mcp_types.CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        self.seen.append(f"interceptor saw {(ctx.params or {}).get('idempotencyKey')!r}")
         return await call_next(ctx)
 
-    probe = MCPServer("probe", middleware=[watch])
+
+async def what_the_sdk_does_with_a_key() -> list[str]:
+    """Send a keyed tools/call through the SDK, in process; list what saw the key, in order."""
+    seen: list[str] = []
+    probe = MCPServer("probe", extensions=[Watch(seen)])
 
     @probe.tool()
     def ran() -> str:
@@ -53,8 +66,8 @@ def first_failure(error: BaseException) -> BaseException:
 
 
 async def why_the_key_is_hidden() -> str | None:
-    """None if a raw key reaches middleware before the tool runs and the call succeeds; else one line saying why not."""
-    expected = ["middleware saw 'probe'", "tool ran", "call succeeded"]
+    """None if a raw key reaches an Extension before the tool runs and the call succeeds; else one line saying why."""
+    expected = ["interceptor saw 'probe'", "tool ran", "call succeeded"]
     try:
         seen = await what_the_sdk_does_with_a_key()
     except Exception as error:  # a build that rejects the key, or moved what we rely on

@@ -75,7 +75,7 @@ def main() -> None:
     settings = parser.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
     anyio.run(make_task_table, settings.store)
-    keys = Idempotency(settings.store, server_info=SERVER_INFO)
+    keys = Idempotency(settings.store)
     app = fixture_server(keys).streamable_http_app(stateless_http=True, json_response=True, host="127.0.0.1")
     uvicorn.run(app, host="127.0.0.1", port=settings.port, log_level="warning")
 

@@ -1,10 +1,11 @@
 """A stand-in for the 2.x ledger server that breaks one rule: it reads every number as a double before it
-fingerprints, as JSON.parse does, and still takes the keyed call (issue 25, decision 3): 9007199254740993
+fingerprints, as JSON.parse does, and still takes the keyed call (where a server must refuse it): 9007199254740993
 and 9007199254740992 are one request to it, and the second replays the first's result."""
 
+from collections.abc import Mapping
 from typing import Any
 
-from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency.layer import Idempotency
 from mcp_idempotency_demo import ledger_server
 
 
@@ -20,12 +21,10 @@ def as_doubles(value: Any) -> Any:
 
 
 class ComparesIntegersAsDoubles(Idempotency):
-    """The layer, fed arguments whose large integers are already rounded (the tool sees them so too)."""
+    """The layer, fingerprinting arguments whose large integers it has rounded first."""
 
-    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
-        if isinstance(ctx.params, dict) and isinstance(ctx.params.get("arguments"), dict):
-            ctx.params["arguments"] = as_doubles(ctx.params["arguments"])
-        return await super().tools_call(ctx, call_next)
+    def fingerprint(self, params: Mapping[str, Any]) -> bytes:
+        return super().fingerprint({**params, "arguments": as_doubles(params.get("arguments"))})
 
 
 ledger_server.main(ComparesIntegersAsDoubles)

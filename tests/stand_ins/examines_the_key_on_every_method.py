@@ -3,17 +3,19 @@ refuses tools/list with a key that is not a string (W2: only tools/call is cover
 
 from typing import Any
 
-from mcp_idempotency.layer import CallNext, Idempotency
+from mcp.server.context import CallNext, HandlerResult
+
+from mcp_idempotency.layer import Idempotency
 from mcp_idempotency_demo import ledger_server
 
 
 class ExaminesTheKeyOnEveryMethod(Idempotency):
     """The layer, reading the key of every request, as if every method were keyed."""
 
-    async def __call__(self, ctx: Any, call_next: CallNext) -> Any:
+    async def advertise(self, ctx: Any, call_next: CallNext) -> HandlerResult:
         if ctx.request_id is not None and ctx.method != "tools/call" and isinstance(ctx.params, dict):
             self.key_of(ctx.params)  # an invalid key is refused, whatever the method
-        return await super().__call__(ctx, call_next)
+        return await super().advertise(ctx, call_next)
 
 
 ledger_server.main(ExaminesTheKeyOnEveryMethod)

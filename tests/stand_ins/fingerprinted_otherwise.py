@@ -1,9 +1,10 @@
 """What the stand-ins whose fingerprint, or key, differs from the layer's share (not a stand-in itself): the layer
 reads the key and fingerprints the params as `seen` makes them, and the tool still gets them as they were sent."""
 
+from collections.abc import Mapping
 from typing import Any
 
-from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency.layer import Idempotency
 
 
 class FingerprintedOtherwise(Idempotency):
@@ -13,14 +14,8 @@ class FingerprintedOtherwise(Idempotency):
         """The params as this stand-in's layer reads them (key and fingerprint); each stand-in overrides it."""
         raise NotImplementedError
 
-    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
-        sent = ctx.params
-        if not isinstance(sent, dict):
-            return await super().tools_call(ctx, call_next)
-        ctx.params = self.seen(dict(sent))
+    def key_of(self, params: Mapping[str, Any]) -> str | None:
+        return super().key_of(self.seen(dict(params)))
 
-        async def tool(ctx: Any) -> Any:
-            ctx.params = sent  # the tool, and the SDK's validation of its arguments, see what was sent
-            return await call_next(ctx)
-
-        return await super().tools_call(ctx, tool)
+    def fingerprint(self, params: Mapping[str, Any]) -> bytes:
+        return super().fingerprint(self.seen(dict(params)))

@@ -4,14 +4,19 @@ It still advertises the capability, so a client that checked it would trust it.
 
 from typing import Any
 
-from mcp_idempotency.layer import CallNext, Idempotency
+import mcp_types
+from mcp.server.context import CallNext, HandlerResult
+
+from mcp_idempotency.layer import Idempotency
 from mcp_idempotency_demo import ledger_server
 
 
 class IgnoresTheKey(Idempotency):
     """The layer, with every tools/call sent to the tool, key or no key."""
 
-    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
+    async def intercept_tool_call(
+        self, params: mcp_types.CallToolRequestParams, ctx: Any, call_next: CallNext
+    ) -> HandlerResult:
         return await call_next(ctx)
 
 

@@ -3,9 +3,11 @@ key's answer from then on, so the original's own retry is refused (S2: MUST retu
 
 from typing import Any, ClassVar
 
+import mcp_types
+from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 
-from mcp_idempotency.layer import CallNext, Idempotency
+from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.rules import CONFLICT, IN_PROGRESS
 from mcp_idempotency_demo import ledger_server
 
@@ -15,12 +17,14 @@ class RecordsItsOwnRejections(Idempotency):
 
     rejections: ClassVar[dict[str, MCPError]] = {}  # key -> the rejection recorded as its outcome
 
-    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
+    async def intercept_tool_call(
+        self, params: mcp_types.CallToolRequestParams, ctx: Any, call_next: CallNext
+    ) -> HandlerResult:
         key = (ctx.params or {}).get("idempotencyKey")
         if isinstance(key, str) and key in self.rejections:
             raise self.rejections[key]
         try:
-            return await super().tools_call(ctx, call_next)
+            return await super().intercept_tool_call(params, ctx, call_next)
         except MCPError as rejected:
             if isinstance(key, str) and (rejected.error.data or {}).get("type") in (CONFLICT, IN_PROGRESS):
                 self.rejections[key] = rejected

@@ -2,9 +2,10 @@
 that stores keys in an ASCII column or logs them on one line might, and refuses the rest as invalid (W3, P2:
 the key is an opaque string; an emoji, a NUL or a newline inside is a key like any other)."""
 
+from collections.abc import Mapping
 from typing import Any
 
-from mcp_idempotency.layer import CallNext, Idempotency, rejection
+from mcp_idempotency.layer import Idempotency, rejection
 from mcp_idempotency.rules import INVALID_KEY
 from mcp_idempotency_demo import ledger_server
 
@@ -17,11 +18,11 @@ def plain_ascii(key: str) -> bool:
 class RefusesKeysThatAreNotPlainAscii(Idempotency):
     """The layer, with a format imposed on keys before they are read."""
 
-    async def tools_call(self, ctx: Any, call_next: CallNext) -> Any:
-        key = ctx.params.get("idempotencyKey") if isinstance(ctx.params, dict) else None
+    def key_of(self, params: Mapping[str, Any]) -> str | None:
+        key = params.get("idempotencyKey")
         if isinstance(key, str) and not plain_ascii(key):
             raise rejection(INVALID_KEY, None, "a key is printable ASCII")
-        return await super().tools_call(ctx, call_next)
+        return super().key_of(params)
 
 
 ledger_server.main(RefusesKeysThatAreNotPlainAscii)
