@@ -9,6 +9,7 @@ import base64
 import hashlib
 import hmac
 import http.client
+import itertools
 import json
 import re
 import subprocess
@@ -29,6 +30,7 @@ class Issuer:
     """The demo issuer, started and listening; stopped by close()."""
 
     def __init__(self, *args: str, port: int | None = None):
+        self.key_files = [path for flag, path in itertools.pairwise(args) if flag == "--key"]  # it signs with the last
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the server's stderr, open as long as it runs)
@@ -110,6 +112,23 @@ def as_caller(wire, token: str) -> None:
 # ----------------------------------------------------------------------------
 # An attacker's tokens
 # ----------------------------------------------------------------------------
+
+
+# joserfc signs, in the mcp 2.x environment that has it: the issuer's own key, the claims we choose.
+SIGN = """
+import json, sys
+from joserfc import jwt
+from joserfc.jwk import RSAKey
+key = RSAKey.import_key(json.load(open(sys.argv[1])))
+print(jwt.encode({"alg": "RS256", "kid": key.kid}, json.loads(sys.argv[2]), key))
+"""
+
+
+def signed_without(issuer: Issuer, token: str, claim: str) -> str:
+    """`token`'s claims less `claim`, signed with the issuer's own key: what an issuer that forgot a claim mints."""
+    claims = {name: value for name, value in parts(token)[1].items() if name != claim}
+    signing = [sdk2_python(), "-c", SIGN, issuer.key_files[-1], json.dumps(claims)]
+    return subprocess.run(signing, capture_output=True, text=True, check=True, timeout=REPLY_TIMEOUT).stdout.strip()
 
 
 def b64(data: bytes) -> str:

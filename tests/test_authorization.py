@@ -44,6 +44,7 @@ from oauth import (
     metadata_of,
     parts,
     scope_of,
+    signed_without,
     start_protected,
     unsigned,
     with_signature_of,
@@ -287,6 +288,46 @@ BAD_TOKENS = [  # (how the bad request is made, what the server logs about the t
     ),
     pytest.param(lambda f: ({}, f"?access_token={f[0].token('alice')}"), None, id="token-in-the-query-string"),
 ]
+
+
+ESSENTIAL_CLAIMS = ["aud", "exp", "sub", "iss"]  # what JwtVerifier requires of every token
+
+
+def test_a_token_the_tests_sign_with_the_trusted_key_is_accepted_so_a_refusal_below_is_for_its_missing_claim(
+    guarded, forgers
+):
+    token = signed_without(forgers[0], forgers[0].token("alice"), "jti")  # jti: a claim nothing requires
+    status, _, text = guarded.post(
+        json.dumps(guarded.frame(CHARGE_CALL)).encode(),
+        {**guarded.headers(guarded.frame(CHARGE_CALL)), **bearer(token)},
+    )
+    assert status == 200 and "Charged 5" in text, text
+
+
+@pytest.mark.parametrize("claim", ESSENTIAL_CLAIMS)
+def test_a_token_of_the_trusted_issuer_missing_an_essential_claim_gets_401_keyed_or_not_and_nothing_runs(
+    guarded, forgers, claim
+):
+    token = signed_without(forgers[0], forgers[0].token("alice"), claim)
+    before = guarded.ledger()
+    for key in (None, f"missing-{claim}"):
+        call = guarded.frame(
+            {
+                "jsonrpc": "2.0",
+                "id": "missing",
+                "method": "tools/call",
+                "params": {
+                    "name": "charge_guarded",
+                    "arguments": {"amount": 100},
+                    **({} if key is None else {"idempotencyKey": key}),
+                },
+            }
+        )
+        headers = {name: value for name, value in guarded.headers(call).items() if name != "Authorization"}
+        status, answer_headers, text = guarded.post(json.dumps(call).encode(), {**headers, **bearer(token)})
+        assert (status, challenge(answer_headers)) == (401, "invalid_token"), (key, text)
+    assert "MissingClaimError" in guarded.log() and f"'{claim}'" in guarded.log()
+    assert guarded.ledger() == before and decisions(guarded)["claimed", f"missing-{claim}"] == 0
 
 
 @pytest.mark.parametrize(("bad", "logged"), BAD_TOKENS)
