@@ -3,7 +3,7 @@ other place a key could go, each failing for real.
 
     .venv-2x/bin/python retry/scenarios.py
 
-The same policy (retry/policy.py) charges the ledger server's ledger and sends
+The same policy (the package's client, mcp_idempotency.client) charges the ledger server's ledger and sends
 retry/mail_server.py's e-mail, without knowing either tool's schema: through a
 timeout, a lost response, a server killed mid-call, a full store, and it stops on
 a conflict and an invalid key. Then the alternatives, against the same mail server:
@@ -32,8 +32,9 @@ import mcp_types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
-from policy import TIMED_OUT, GaveUp, KeyedCall, KeyedCallParams, KeyRefused, Policy, call_tool, new_key
 
+from mcp_idempotency.client import TIMED_OUT, GaveUp, KeyRefused, Policy, call_tool, new_key
+from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
 from mcp_idempotency.rules import EXTENSION_ID, META_KEY, Placement
 from mcp_idempotency_demo.harness import LEDGER_SERVER, LOST_RESPONSE_TIMEOUT, Link, ServerLog, linked, say, verdict
 
@@ -115,9 +116,9 @@ class Narrated(logging.Handler):
 
 
 policy_log = Narrated()
-logging.getLogger("retry").addHandler(policy_log)
-logging.getLogger("retry").setLevel(logging.INFO)
-logging.getLogger("retry").propagate = False  # printed once, by Narrated
+logging.getLogger("idempotency.client").addHandler(policy_log)
+logging.getLogger("idempotency.client").setLevel(logging.INFO)
+logging.getLogger("idempotency.client").propagate = False  # printed once, by Narrated
 
 
 def structured(result: mcp_types.CallToolResult) -> dict:
@@ -391,7 +392,7 @@ async def alternatives(folder: Path) -> list[bool]:
 
 async def play() -> bool:
     """Every scenario, each on fresh servers; True if every verdict held."""
-    print("One retry policy (retry/policy.py) on two unrelated tools, and the alternatives to a key in params\n")
+    print("One retry policy (mcp_idempotency.client) on two unrelated tools, and the alternatives to a key in params\n")
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         verdicts = [

@@ -2,7 +2,8 @@
 
     .venv-2x/bin/python tests/compat_client.py -- SERVER COMMAND...
 
-Two clients: the SDK's own Client sending KeyedCall (mcp_idempotency.keyed_call), and retry/policy.py,
+Two clients: the SDK's own Client sending KeyedCall (mcp_idempotency.keyed_call), and the package's client
+(mcp_idempotency.client),
 which checks the capability first (C3, discover_settings). Each sends one charge twice under one key;
 the count read after says whether the second ran. tests/test_backward_compatibility.py judges it.
 """
@@ -15,8 +16,8 @@ import anyio
 import mcp_types
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
-from policy import GaveUp, KeyRefused, Policy, call_tool, discover_settings, new_key
 
+from mcp_idempotency.client import GaveUp, KeyRefused, Policy, call_tool, discover_settings, new_key
 from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
 
 
@@ -63,7 +64,7 @@ async def main(command: list[str]) -> None:
 
         report = {
             "protocol": client.protocol_version,
-            "capability": None if (settings := await discover_settings(session)) is None else settings.__dict__,
+            "capability": None if (settings := await discover_settings(session)) is None else settings.placement.value,
             "KeyedCall": await twice(session, keyed_call),
             "policy": await twice(session, policy),
         }

@@ -1,17 +1,16 @@
-"""The 2.x clients of tests/ that use retry/policy.py, run as processes: each prints a JSON report last."""
+"""The 2.x clients of tests/ that use the package's client (mcp_idempotency.client), run as processes: each prints
+a JSON report last."""
 
 import json
-import os
 import subprocess
 
 from wire import ROOT, sdk2_python
 
 
 def policy_client_report(client: str, *arguments: str, timeout: float = 90) -> dict:
-    """Run tests/CLIENT on mcp 2.x with retry/policy.py importable, and return the JSON report it prints last."""
+    """Run tests/CLIENT on mcp 2.x, and return the JSON report it prints last."""
     ran = subprocess.run(
         [sdk2_python(), str(ROOT / "tests" / client), *arguments],
-        env={**os.environ, "PYTHONPATH": str(ROOT / "retry")},  # retry/policy.py, a file to copy, not a package
         capture_output=True,
         text=True,
         timeout=timeout,

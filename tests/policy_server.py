@@ -1,4 +1,4 @@
-"""A 2.x ledger server for retry/policy.py's tests: the layer, plus rejections on request, so the
+"""A 2.x ledger server for mcp_idempotency/client.py's tests: the layer, plus rejections on request, so the
 policy can be shown to honour what a server declares.
 
     .venv-2x/bin/python tests/policy_server.py [ledger server options]

@@ -4,7 +4,7 @@
 
 What a client really puts on the wire, whatever its SDK: the server's answers and its stderr
 go straight back (the child inherits them), and the recorder ends when the client closes stdin.
-tests/test_schema.py checks the keyed requests of client_demo.py and retry/policy.py recorded so.
+tests/test_schema.py checks the keyed requests of client_demo.py and mcp_idempotency/client.py recorded so.
 """
 
 import subprocess

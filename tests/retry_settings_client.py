@@ -1,4 +1,5 @@
-"""retry/policy.py against a real 2.x server over stdio: one scenario, its outcome printed as one JSON line.
+"""The package's client (mcp_idempotency.client) against a real 2.x server over stdio: one scenario, its outcome
+printed as one JSON line.
 
     .venv-2x/bin/python tests/retry_settings_client.py SCENARIO -- SERVER COMMAND...
 
@@ -12,7 +13,8 @@ import time
 
 import anyio
 from mcp import Client, StdioServerParameters
-from policy import GaveUp, KeyRefused, KeyTooLong, Policy, WindowPassed, call_tool, discover_settings
+
+from mcp_idempotency.client import GaveUp, KeyRefused, KeyTooLong, Policy, WindowPassed, call_tool, discover_settings
 
 QUICK = Policy(timeout=0.5, attempts=6, first_back_off=0.1, max_back_off=0.4)
 

@@ -1,6 +1,6 @@
 """Issue 25 item 5: a keyed call sent to servers WITHOUT the feature (plain mcp 2.x MCPServer, plain mcp 1.x
 FastMCP) and to a STRICT one (unknown params members refused), through each client here: the 2.x SDK with
-KeyedCall, retry/policy.py, the kit's raw JSON-RPC, the mcp 1.x SDK's ClientSession (as client_demo.py sends
+KeyedCall, mcp_idempotency/client.py, the kit's raw JSON-RPC, the mcp 1.x SDK's ClientSession (as client_demo.py sends
 a key) and the TypeScript SDK's (1.x) client. docs/backward-compatibility.md tabulates it.
 
 What is pinned: a server without the feature drops the key silently and runs the call every time (so a
@@ -29,7 +29,7 @@ WITHOUT_THE_FEATURE = ["plain-2x", "plain-1x"]
 
 
 def sdk2_clients(server: str) -> dict:
-    """The 2.x SDK's KeyedCall and retry/policy.py against `server` (tests/compat_client.py's report)."""
+    """The 2.x SDK's KeyedCall and mcp_idempotency/client.py against `server` (tests/compat_client.py's report)."""
     return policy_client_report("compat_client.py", "--", *SERVERS[server]())
 
 

@@ -17,14 +17,14 @@ SCENARIOS = ROOT / "retry" / "scenarios.py"
 
 # The policy with one change: every attempt carries a key of its own, as a client that
 # mints its key inside the retry loop does. Each retry is then a new request. It imports
-# policy and scenarios from retry/, which PYTHONPATH names.
+# scenarios from retry/, which PYTHONPATH names.
 NEW_KEY_PER_ATTEMPT = """
-import policy
-send_once = policy.attempt
+from mcp_idempotency import client
+send_once = client.attempt
 async def attempt(connection, request, timeout):
-    request.params.idempotency_key = policy.new_key()
+    request.params.idempotency_key = client.new_key()
     return await send_once(connection, request, timeout)
-policy.attempt = attempt
+client.attempt = attempt
 import scenarios
 scenarios.main()
 """

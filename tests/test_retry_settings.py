@@ -1,7 +1,7 @@
-"""retry/policy.py honours what a server declares (issue 25): its maxKeyLength and retentionSeconds, read from
-server/discover, and each rejection's data.retryable, falling back to data.type. Each case runs the policy
-in a 2.x client (tests/retry_settings_client.py) against a real 2.x server over stdio (tests/policy_server.py:
-the layer as issue 25 makes it, with a key length and rejections of its own choosing)."""
+"""The package's client (mcp_idempotency.client) honours what a server declares: its maxKeyLength and
+retentionSeconds, read from server/discover, and each rejection's data.retryable, falling back to data.type.
+Each case runs the policy in a 2.x client (tests/retry_settings_client.py) against a real 2.x server over
+stdio (tests/policy_server.py: the layer, with a key length and rejections of its own choosing)."""
 
 import json
 

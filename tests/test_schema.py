@@ -4,7 +4,7 @@ capability, and each server's every idempotency rejection, as the server wrote t
 
 The servers: 1.x, 2.x (stdio and HTTP) and the TypeScript server. The clients' requests are recorded on
 their way to a real server (tests/recording_stdio.py), never written out by hand: client_demo.py's
-(mcp 1.x), retry/policy.py's and the 2.x KeyedCall's (through tests/compat_client.py), and the kit's."""
+(mcp 1.x), mcp_idempotency/client.py's and the 2.x KeyedCall's (through tests/compat_client.py), and the kit's."""
 
 import json
 import shutil
@@ -147,7 +147,7 @@ def test_the_keyed_requests_client_demo_sends_conform(tmp_path):
 
 
 def test_the_keyed_requests_retry_policy_and_keyed_call_send_conform(tmp_path):
-    """mcp 2.x, 2026-07-28: the SDK's Client sending KeyedCall twice, then retry/policy.py's call_tool twice."""
+    """mcp 2.x, 2026-07-28: the SDK's Client sending KeyedCall twice, then the package client's call_tool twice."""
     record = tmp_path / "sent.jsonl"
     server = [sdk2_python(), str(RECORDER), str(record), "--", sdk2_python(), *SDK2_SERVER, "--store", "memory"]
     report = policy_client_report("compat_client.py", "--", *server)

@@ -4,11 +4,9 @@ and the one retry loop, and how a walkthrough prints.
 ledger_demo, cluster_demo, auth_demo and retry/scenarios.py use it. client_demo.py (mcp 1.x) does
 not: it is the reference demo, which must read alone, so it keeps its own link and retry loop.
 
-The retry loop here is the demos' only one; retry/policy.py holds the other, and both stay. The
-package cannot import policy.py, which lives outside it (an installed package would not find it),
-and policy.py cannot import this, since it must stay one file a client copies, needing only the
-SDK. So the demos retry with call_until_answered, which narrates each attempt for the walkthrough,
-and retry/scenarios.py plays policy.py's loop, since that file is what it shows.
+The retry loop here narrates each attempt for the walkthrough (call_until_answered); a client's
+retry policy is the package's, mcp_idempotency.client, which retry/scenarios.py plays, since that
+policy is what it shows.
 """
 
 import argparse

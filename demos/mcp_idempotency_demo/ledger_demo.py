@@ -12,7 +12,7 @@ a free loopback port and stops it afterwards. A lost response is really lost: th
 harness's link, between the SDK's client session and its transport, drops it
 after the server sent it, so the client's timeout and retry are the SDK's own.
 Of the capability's settings it honours maxKeyLength; its retries last seconds
-against a 24-hour retentionSeconds, so only retry/policy.py acts on the window.
+against a 24-hour retentionSeconds, so only mcp_idempotency/client.py acts on the window.
 """
 
 import argparse
