@@ -162,7 +162,8 @@ def test_a_not_tested_check_in_the_baseline_is_tolerated_and_the_run_exits_0(tmp
 
 def test_a_server_without_the_count_tool_is_one_failure_of_the_fixture_contract_not_one_per_check(tmp_path):
     """booking.py has no get_balance (the kit's default count tool): told so, the kit reports one FAILURE, which
-    names the tool and every server lacking it; each check it could not run is SKIPPED, none failed one by one."""
+    names the tool and every server lacking it; each check it could not run is SKIPPED, none failed one by one,
+    and the run exits 2, as for a wrong command line."""
     contract = ["--charge-tool", "book_seats", "--amount-argument", "seats"]
     ran = run(
         "--command",
@@ -175,11 +176,11 @@ def test_a_server_without_the_count_tool_is_one_failure_of_the_fixture_contract_
     )
     report = json.loads((tmp_path / "checks.json").read_text())
     failures = [entry for entry in report if entry["status"] == "FAILURE"]
-    assert ran.returncode == 1
+    assert ran.returncode == kit.WRONG_SETUP == 2, ran.stdout
     assert [entry["id"] for entry in failures] == ["sep-3182-fixture-contract"], ran.stdout
     (failure,) = failures
     assert failure["errorMessage"].startswith(
-        "could not open the main and slow servers: the server lists no tool get_balance (the fixture contract"
+        "could not use the main and slow servers: the server lists no tool get_balance (the fixture contract"
     ), ran.stdout
     given = sum(check.needs in ("main", "slow") for check in kit.CHECKS)  # not those whose servers were not given
     assert failure["details"]["notRun"] == given
