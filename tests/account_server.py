@@ -41,7 +41,7 @@ def charges(account: str) -> dict[str, int]:
 @mcp.tool()
 def charge_offline(account: str, amount: int) -> str:
     """A charge tool whose payments are always down."""
-    raise RuntimeError(f"payments are offline: {account} was not charged {amount}")
+    raise RuntimeError(f"payments are offline: {account} was not charged {amount}")  # the SDK answers isError
 
 
 if options.transport == "http":
