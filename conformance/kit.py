@@ -17,8 +17,10 @@ FAILURE; SHOULD (a SHOULD of the SEP) and POSITION (this project's reading where
 the SEP is silent, tests/CONFORMANCE.md's P rows) fail as WARNING.
 
 Exit status: 0, nothing failed and every check chosen ran in full; 1, a failure
-(or a stale baseline); 2, a wrong command line; 3, nothing failed but a check
-was NOT TESTED (SKIPPED, not baselined), so the run claims no full conformance.
+(or a stale baseline); 2, a wrong command line, or a fixture that does not work
+(the server not opened, a tool missing, a charge that fails or is not counted:
+no rule is then failed); 3, nothing failed but a check was NOT TESTED (SKIPPED,
+not baselined), so the run claims no full conformance.
 A check whose rule binds no server like this one (tasks, where it declares none)
 is SKIPPED as not applicable: neither tested nor owed, it leaves the status as is.
 """
