@@ -1,25 +1,42 @@
 """A server whose charge tool needs more than an amount, for the kit's --tool-arguments: every tool takes an account.
 
-    python account_server.py [--transport stdio|http] [--port PORT]
+    python account_server.py [--transport stdio|http] [--port PORT] [--tasks-store sqlite:PATH]
 
 `charge` charges an account once per call that runs, `charges` reads that account's count (`refunds`
 beside it never moves), and `charge_offline` always fails: a correct server, and two tools that cannot
-be the kit's fixture.
+be the kit's fixture. With --tasks-store it declares the tasks extension, yet runs no tool as a task.
 """
 
 import argparse
+from typing import Any
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 
 from mcp_idempotency.layer import Idempotency
+from mcp_idempotency.stores import Limits, open_store
+from mcp_idempotency_demo import tasks
+from mcp_idempotency_demo.ledger_server import with_tasks
 
 parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
 parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
 parser.add_argument("--port", type=int, default=8000, help="HTTP: on 127.0.0.1, at /mcp")
+parser.add_argument("--tasks-store", metavar="sqlite:PATH", help="declare tasks, kept in this store (and the keys)")
 options = parser.parse_args()
 
-keys = Idempotency("memory", server_info={"name": "accounts", "version": "1.0"})
-mcp = MCPServer("accounts", version="1.0", lifespan=keys.lifespan, middleware=[keys])  # the layer, wired here alone
+
+async def make_task_table(url: str) -> None:
+    """The task table, as the ledger server makes it before serving."""
+    async with open_store(url, Limits()) as store, store.transaction() as tx:
+        await tasks.create_table(tx)
+
+
+keys = Idempotency(options.tasks_store or "memory", server_info={"name": "accounts", "version": "1.0"})
+layers: dict[str, Any] = {"lifespan": keys.lifespan, "middleware": [keys]}  # the layer, wired here alone
+if options.tasks_store:
+    anyio.run(make_task_table, options.tasks_store)
+    layers = with_tasks(keys, task_tools=())  # the extension declared, no tool of it
+mcp = MCPServer("accounts", version="1.0", **layers)
 counts: dict[str, int] = {}
 
 

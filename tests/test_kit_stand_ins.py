@@ -235,18 +235,24 @@ def test_a_server_that_offers_no_tasks_and_names_no_asking_tool_is_not_applicabl
     assert ran.returncode == 0, ran.stdout
 
 
+def declares_tasks_runs_none(tmp_path) -> str:
+    """tests/account_server.py declaring the tasks extension, with no tool run as a task."""
+    script = ROOT / "tests" / "account_server.py"
+    return subprocess.list2cmdline([sdk2_python(), str(script), "--tasks-store", f"sqlite:{tmp_path / 'store.db'}"])
+
+
 @pytest.mark.parametrize(
-    ("server_options", "kit_options", "check", "untested"),
+    ("server", "kit_options", "check", "untested"),
     [
         pytest.param(
-            ["--tasks"],
-            ["--charge-tool", "charge_confirmed"],
+            declares_tasks_runs_none,
+            ["--charge-tool", "charge", "--count-tool", "charges", "--tool-arguments", '{"account": "acme"}'],
             TASK_CHECK,
             "a lost task handle under a key (L7, P24)",
             id="tasks_offered_but_the_charge_tool_is_no_task",
         ),
         pytest.param(
-            [],
+            ledger,
             ["--input-required-tool", "no_such_tool"],
             INPUT_REQUIRED_CHECK,
             "an input-required answer under a key (E8, P25)",
@@ -255,13 +261,13 @@ def test_a_server_that_offers_no_tasks_and_names_no_asking_tool_is_not_applicabl
     ],
 )
 def test_a_server_that_has_the_feature_but_not_the_kits_fixture_is_not_tested_and_the_run_exits_3(
-    tmp_path, server_options, kit_options, check, untested
+    tmp_path, server, kit_options, check, untested
 ):
     """Where the rule binds the server but the kit lacked what it needs, the check is NOT TESTED, never not
     applicable: the summary names what to give, and the run exits 3."""
     ran = run(
         "--command",
-        ledger(tmp_path, *server_options),
+        server(tmp_path),
         *kit_options,
         "--check",
         check,
