@@ -17,8 +17,10 @@ FAILURE; SHOULD (a SHOULD of the SEP) and POSITION (this project's reading where
 the SEP is silent, tests/CONFORMANCE.md's P rows) fail as WARNING.
 
 Exit status: 0, nothing failed and every check chosen ran in full; 1, a failure
-(or a stale baseline); 2, a wrong command line; 3, nothing failed but a check
-was NOT TESTED (SKIPPED, not baselined), so the run claims no full conformance.
+(or a stale baseline); 2, a wrong command line, or a fixture that does not work
+(the server not opened, a tool missing, a charge that fails or is not counted:
+no rule is then failed); 3, nothing failed but a check was NOT TESTED (SKIPPED,
+not baselined), so the run claims no full conformance.
 A check whose rule binds no server like this one (tasks, where it declares none)
 is SKIPPED as not applicable: neither tested nor owed, it leaves the status as is.
 """
@@ -139,6 +141,7 @@ class Connection:
         self.timeout = timeout
         self.revision = MODERN
         self.placement = "params"  # P26: where every request's idempotencyKey goes (connect() sets it)
+        self.tool_arguments: dict = {}  # --tool-arguments: merged into every tools/call (connect() sets them)
         self.next_id = 0
         self.numbering = threading.Lock()
 
@@ -176,6 +179,8 @@ class Connection:
     def send_request(self, method: str, params=None, placed: bool = True) -> int:
         """Send a request without waiting; its id. `placed=False` leaves an idempotencyKey where it is (P26)."""
         request_id = self.new_id()
+        if method == "tools/call":
+            params = with_arguments(params, self.tool_arguments)
         message = {
             "jsonrpc": "2.0",
             "id": request_id,
@@ -187,6 +192,8 @@ class Connection:
 
     def send_spelled(self, method: str, members: str) -> int:
         request_id = self.new_id()
+        if method == "tools/call":
+            members = spelled_with_arguments(members, self.tool_arguments)
         self.send_text(self.spelled(request_id, method, members), request_id)
         return request_id
 
@@ -221,6 +228,9 @@ class Connection:
         """Give up on a request, as a client does; how it was done (the transport, and over HTTP the response mode)."""
         raise NotImplementedError
 
+    def wait_until_listening(self) -> None:
+        """Before the first request: nothing to wait for over stdio, whose first answer waits --timeout seconds."""
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -235,6 +245,30 @@ def members_of(members: str) -> list[tuple[str, str, str]]:
         found.append((name, members[at:value_end], members[value_at:value_end]))
         at = value_end
     return found
+
+
+def with_arguments(params: dict, fixed: dict) -> dict:
+    """A tools/call's params with --tool-arguments merged into its arguments; the kit's own members win a clash.
+    A call sent with no arguments member (equivalence-absent-arguments) is left without one, as it was meant."""
+    if not fixed or not isinstance(params, dict) or not isinstance(params.get("arguments"), dict):
+        return params
+    return {**params, "arguments": {**fixed, **params["arguments"]}}
+
+
+def spelled_with_arguments(members: str, fixed: dict) -> str:
+    """with_arguments for params written as text: the fixed members go first, each one the kit spells left out."""
+    try:
+        found = members_of(members)
+        spelled = [value.strip() for name, _, value in found if name == "arguments"]
+        if not fixed or len(spelled) != 1 or not spelled[0].startswith("{"):
+            return members
+        named = {name for name, _, _ in members_of(spelled[0][1:-1])}
+    except ValueError:
+        return members  # not members the kit can read: sent as written
+    added = [f"{json.dumps(name)}:{json.dumps(value)}" for name, value in fixed.items() if name not in named]
+    inner = spelled[0][1:-1].strip()
+    arguments = "{" + ",".join([*added, *([inner] if inner else [])]) + "}"
+    return ",".join(f'"arguments":{arguments}' if name == "arguments" else member for name, member, _ in found)
 
 
 def key_in_meta(members: str) -> str:
@@ -417,6 +451,23 @@ class Http(Connection):
             return "HTTP: closed the connection before the response began (no headers: a JSON answer comes whole)"
         return f"HTTP: closed the response stream mid-call ({begun.split(';')[0]})"
 
+    def wait_until_listening(self) -> None:
+        """A server started beside the kit may not listen yet: wait up to --timeout seconds for it to accept a
+        connection, then say that nothing did."""
+        address = (self.url.hostname, self.url.port or (443 if self.url.scheme == "https" else 80))
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                socket.create_connection(address, timeout=1).close()
+                return
+            except OSError as refused:
+                if time.monotonic() >= deadline:
+                    raise ConnectionError(
+                        f"nothing accepted a connection at {urllib.parse.urlunsplit(self.url)} in {self.timeout:g} s "
+                        f"(--timeout): {refused}"
+                    ) from None
+                time.sleep(0.2)
+
     def close(self) -> None:
         pass  # the kit did not start it
 
@@ -435,6 +486,7 @@ def answer_in_stream(body: str, request_id) -> str:
 
 def opened(connection: Connection, revision: str) -> dict:
     """Discover the server (2026-07-28) or shake hands (2025-11-25); its capabilities, and which was used."""
+    connection.wait_until_listening()
     if revision in ("auto", MODERN):
         connection.revision = MODERN
         with contextlib.suppress(TimeoutError, ValueError, OSError, http.client.HTTPException):
@@ -496,7 +548,7 @@ class Server:
             raise NotRun(credential)
         headers = {**self.options.headers, "Authorization": f"Bearer {token}"}
         other = Http(urllib.parse.urlunsplit(self.connection.url), self.options.timeout, headers)
-        other.placement = self.connection.placement
+        other.placement, other.tool_arguments = self.connection.placement, self.connection.tool_arguments
         return Server(other, self.options)
 
     def send_call(self, name: str, arguments=None, key=None, **params) -> int:
@@ -523,6 +575,43 @@ class Server:
         if result is None:
             raise Failed(f"{self.options.count_tool} did not answer with a result")
         return count_in(result, self.options.count_field)
+
+
+class FixtureBroken(Exception):
+    """The fixture contract's tools, called as the command line says, do not work: a check could say nothing."""
+
+
+def fixture_works(server: Server) -> None:
+    """Before any check: one unkeyed charge succeeds and moves the count by one. Else FixtureBroken, naming the
+    tool and its answer, so that a charge tool wanting other arguments is not taken for a server breaking rules."""
+    before = fixture_count(server)
+    arguments = {**server.connection.tool_arguments, **server.charge_arguments(100)}
+    answer = server.charge(100)
+    if not succeeded(answer):
+        raise FixtureBroken(
+            f"the charge tool {server.options.charge_tool} did not succeed with the arguments {json.dumps(arguments)}: "
+            f"it answered {json.dumps(answer.get('error') or answer.get('result'))} (--charge-tool, "
+            "--amount-argument, --tool-arguments)"
+        )
+    after = fixture_count(server)
+    if after != before + 1:
+        raise FixtureBroken(
+            f"the count did not move by one: {server.options.count_tool}'s {server.options.count_field} was "
+            f"{before}, then {after} after a charge {server.options.charge_tool} that succeeded (--count-tool, "
+            "--count-field)"
+        )
+
+
+def fixture_count(server: Server) -> int:
+    """The count tool's count, or FixtureBroken naming the tool and what it answered."""
+    answer = server.call(server.options.count_tool, {})
+    try:
+        return count_in(answer["result"], server.options.count_field)
+    except (KeyError, ValueError, TypeError, AttributeError):
+        raise FixtureBroken(
+            f"the count tool {server.options.count_tool} gave no count {server.options.count_field}: it answered "
+            f"{json.dumps(answer.get('error') or answer.get('result'))} (--count-tool, --count-field, --tool-arguments)"
+        ) from None
 
 
 def count_in(result: dict, field: str) -> int:
@@ -1742,12 +1831,13 @@ def replay_rechecks_authorisation(server: Server) -> dict:
 # 4. Running the checks: results, baseline, output
 # ----------------------------------------------------------------------------
 
-# What every check stands on: the server opens (server/discover or initialize) and lists the fixture
-# contract's tools. When it does not, this is the run's one FAILURE, and the checks are not run.
+# What every check stands on: the server opens (server/discover or initialize), lists the fixture contract's
+# tools, and they work (fixture_works). When they do not, this is the run's one FAILURE, of no rule of the SEP
+# (its severity says FIXTURE), the checks are not run, and the run exits 2.
 FIXTURE = Check(
     "sep-3182-fixture-contract",
-    "the server opens and lists the fixture contract's tools",
-    "MUST",
+    "the server opens, lists the fixture contract's tools, and they work",
+    "FIXTURE",
     [],
     "main",
     lambda server: None,
@@ -1778,7 +1868,7 @@ def connect(options, variant: str) -> Connection | None:
         Http(url, options.timeout, options.headers) if url else Stdio(command, options.timeout) if command else None
     )
     if connection is not None:
-        connection.placement = options.placement
+        connection.placement, connection.tool_arguments = options.placement, options.tool_arguments
     return connection
 
 
@@ -1822,7 +1912,8 @@ def run_one(check: Check, server: Server) -> dict:
 
 def run_checks(options, checks: list) -> list:
     """Run the chosen checks, each variant's on a server of its own (a fresh process where the kit starts it)."""
-    results, unopened, not_run = [], {}, 0  # unopened: variant -> why its server could not be opened
+    results, unopened, not_run = [], {}, 0  # unopened: variant -> why its server could not be used
+    probed = False  # the fixture is tried on the first server that opens: the same tools and arguments serve all
 
     def report(entry: dict) -> None:
         results.append(entry)
@@ -1837,7 +1928,10 @@ def run_checks(options, checks: list) -> list:
             continue
         try:
             server = Server(connection, options)
-        except (OSError, TimeoutError, ValueError, KeyError, http.client.HTTPException) as broken:
+            if not probed:
+                fixture_works(server)
+                probed = True
+        except (FixtureBroken, OSError, TimeoutError, ValueError, KeyError, http.client.HTTPException) as broken:
             connection.close()
             unopened[variant], not_run = str(broken), not_run + len(chosen)
             for check in chosen:  # in checks.json, each one's status; the run's one FAILURE says why
@@ -1845,7 +1939,7 @@ def run_checks(options, checks: list) -> list:
                     result(
                         check,
                         "SKIPPED",
-                        error=f"not run: the {variant} server could not be opened (sep-3182-fixture-contract)",
+                        error=f"not run: the {variant} server could not be used (sep-3182-fixture-contract)",
                     )
                 )
             continue
@@ -1860,8 +1954,8 @@ def run_checks(options, checks: list) -> list:
 
 
 def fixture_failure(unopened: dict, not_run: int) -> dict:
-    """The run's one FAILURE for every server that could not be opened: which, why (each reason said once), and
-    how many checks did not run."""
+    """The run's one FAILURE for every server that could not be opened or whose fixture does not work: which, why
+    (each reason said once), and how many checks did not run. It is no rule of the SEP: the run exits 2."""
     reasons = {why: [variant for variant in unopened if unopened[variant] == why] for why in unopened.values()}
     said = "; ".join(
         f"the {' and '.join(variants)} server{'s' * (len(variants) > 1)}: {why}" for why, variants in reasons.items()
@@ -1870,7 +1964,7 @@ def fixture_failure(unopened: dict, not_run: int) -> dict:
         FIXTURE,
         "FAILURE",
         {"servers": unopened, "notRun": not_run},
-        error=f"could not open {said} ({not_run} checks not run)",
+        error=f"could not use {said} ({not_run} checks not run)",
     )
 
 
@@ -1890,12 +1984,17 @@ def read_baseline(path: Path) -> set:
     return ids
 
 
-FAILED_RUN, NOT_ALL_TESTED = 1, 3  # 2 is argparse's, and an unknown --check's: the command line was wrong
+# 2 is argparse's, an unknown --check's, and the fixture contract's: the command line, or the server it names, is
+# not what the kit was told; no rule of the SEP was found broken.
+FAILED_RUN, WRONG_SETUP, NOT_ALL_TESTED = 1, 2, 3
 
 
 def exit_status(results: list, baseline: set) -> tuple[int, list]:
     """The official suite's rules: an unexpected failure, or a baselined check that now passes, fails the run (1).
-    Else a check SKIPPED and not baselined makes it 3: nothing failed, but the run claims no full conformance."""
+    Else a check SKIPPED and not baselined makes it 3: nothing failed, but the run claims no full conformance.
+    Before either: a fixture that does not work makes it 2, whatever the baseline, as a wrong command line does."""
+    if any(entry["id"] == FIXTURE.id and entry["status"] == "FAILURE" for entry in results):
+        return WRONG_SETUP, [f"the fixture does not work ({FIXTURE.id}): no rule of the SEP was tested there"]
     problems = []
     for entry in results:
         if entry["status"] == "FAILURE" and entry["id"] not in baseline:
@@ -1947,6 +2046,17 @@ def header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def tool_arguments(text: str) -> dict:
+    """A --tool-arguments JSON object."""
+    try:
+        value = json.loads(text)
+    except ValueError as bad:
+        raise argparse.ArgumentTypeError(f"not JSON ({bad}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
+    return value
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     target = parser.add_argument_group("the server under test (one of)")
@@ -1981,6 +2091,14 @@ def parse_args(argv=None):
     contract.add_argument("--count-tool", default="get_balance", help="the tool that reads the count")
     contract.add_argument("--count-field", default="charges", help="the count's member in that tool's JSON")
     contract.add_argument("--other-tool", default="charge_unguarded", help="another tool taking the same arguments")
+    contract.add_argument(
+        "--tool-arguments",
+        type=tool_arguments,
+        default={},
+        metavar="JSON",
+        help="a JSON object merged into the arguments of every call the kit makes to the tools above (an account, "
+        "a currency); on a clash the kit's own members (the amount, note) win",
+    )
     contract.add_argument(
         "--input-required-tool",
         metavar="NAME",
@@ -2045,7 +2163,7 @@ def main(argv=None) -> int:
     unknown = set(options.check or []) - {check.id for check in CHECKS}
     if unknown:
         print(f"no such check: {', '.join(sorted(unknown))} (--list shows them)", file=sys.stderr)
-        return 2
+        return WRONG_SETUP
     checks = [check for check in CHECKS if not options.check or check.id in options.check]
     results = run_checks(options, checks)
     if options.json:
@@ -2054,12 +2172,14 @@ def main(argv=None) -> int:
     status, problems = exit_status(results, baseline)
     for problem in problems:
         print(problem)
-    tally = {name: sum(entry["status"] == name for entry in results) for name in ("SUCCESS", "FAILURE", "WARNING")}
-    skipped = sum(not_tested(entry) for entry in results)
-    inapplicable = sum(not applicable(entry) for entry in results)
+    rules = [entry for entry in results if entry["id"] != FIXTURE.id]  # the fixture's failure is no rule's
+    tally = {name: sum(entry["status"] == name for entry in rules) for name in ("SUCCESS", "FAILURE", "WARNING")}
+    skipped = sum(not_tested(entry) for entry in rules)
+    inapplicable = sum(not applicable(entry) for entry in rules)
+    broken = "; the fixture does not work (its checks not run)" if len(rules) < len(results) else ""
     print(
         f"sep-3182: {tally['SUCCESS']} passed, {tally['FAILURE']} failed, {tally['WARNING']} warnings, "
-        f"{skipped} skipped{f', {inapplicable} not applicable' if inapplicable else ''}{not_run(results)}"
+        f"{skipped} skipped{f', {inapplicable} not applicable' if inapplicable else ''}{not_run(results)}{broken}"
     )
     return status
 

@@ -99,6 +99,13 @@ def entries(**statuses) -> list[dict]:
             {"a": "SKIPPED", "b": "SUCCESS"}, set(), 3, id="not_tested_and_not_baselined_claims_no_conformance"
         ),
         pytest.param({"a": "SKIPPED", "b": "FAILURE"}, set(), 1, id="a_failure_outweighs_a_check_not_tested"),
+        pytest.param({"a": "SKIPPED", "fixture_contract": "FAILURE"}, set(), 2, id="a_broken_fixture_is_no_rules"),
+        pytest.param(
+            {"a": "FAILURE", "fixture_contract": "FAILURE"},
+            {"sep-3182-fixture-contract"},
+            2,
+            id="a_broken_fixture_outweighs_a_failure_and_the_baseline",
+        ),
     ],
 )
 def test_exit_status_follows_the_official_rules(statuses, baseline, status):
@@ -195,7 +202,7 @@ def test_bearer_and_header_options_reach_an_http_server():
         )
     finally:
         listener.shutdown()
-    assert refused.returncode == 1 and "could not open the main server" in refused.stdout
+    assert refused.returncode == kit.WRONG_SETUP and "could not use the main server" in refused.stdout
     assert seen and all(
         headers["Authorization"] == "Bearer t0ken" and headers["X-Tenant"] == "acme" for headers in seen
     )

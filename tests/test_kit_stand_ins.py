@@ -162,7 +162,8 @@ def test_a_not_tested_check_in_the_baseline_is_tolerated_and_the_run_exits_0(tmp
 
 def test_a_server_without_the_count_tool_is_one_failure_of_the_fixture_contract_not_one_per_check(tmp_path):
     """booking.py has no get_balance (the kit's default count tool): told so, the kit reports one FAILURE, which
-    names the tool and every server lacking it; each check it could not run is SKIPPED, none failed one by one."""
+    names the tool and every server lacking it; each check it could not run is SKIPPED, none failed one by one,
+    and the run exits 2, as for a wrong command line."""
     contract = ["--charge-tool", "book_seats", "--amount-argument", "seats"]
     ran = run(
         "--command",
@@ -175,11 +176,11 @@ def test_a_server_without_the_count_tool_is_one_failure_of_the_fixture_contract_
     )
     report = json.loads((tmp_path / "checks.json").read_text())
     failures = [entry for entry in report if entry["status"] == "FAILURE"]
-    assert ran.returncode == 1
+    assert ran.returncode == kit.WRONG_SETUP == 2, ran.stdout
     assert [entry["id"] for entry in failures] == ["sep-3182-fixture-contract"], ran.stdout
     (failure,) = failures
     assert failure["errorMessage"].startswith(
-        "could not open the main and slow servers: the server lists no tool get_balance (the fixture contract"
+        "could not use the main and slow servers: the server lists no tool get_balance (the fixture contract"
     ), ran.stdout
     given = sum(check.needs in ("main", "slow") for check in kit.CHECKS)  # not those whose servers were not given
     assert failure["details"]["notRun"] == given
@@ -234,18 +235,24 @@ def test_a_server_that_offers_no_tasks_and_names_no_asking_tool_is_not_applicabl
     assert ran.returncode == 0, ran.stdout
 
 
+def declares_tasks_runs_none(tmp_path) -> str:
+    """tests/account_server.py declaring the tasks extension, with no tool run as a task."""
+    script = ROOT / "tests" / "account_server.py"
+    return subprocess.list2cmdline([sdk2_python(), str(script), "--tasks-store", f"sqlite:{tmp_path / 'store.db'}"])
+
+
 @pytest.mark.parametrize(
-    ("server_options", "kit_options", "check", "untested"),
+    ("server", "kit_options", "check", "untested"),
     [
         pytest.param(
-            ["--tasks"],
-            ["--charge-tool", "charge_confirmed"],
+            declares_tasks_runs_none,
+            ["--charge-tool", "charge", "--count-tool", "charges", "--tool-arguments", '{"account": "acme"}'],
             TASK_CHECK,
             "a lost task handle under a key (L7, P24)",
             id="tasks_offered_but_the_charge_tool_is_no_task",
         ),
         pytest.param(
-            [],
+            ledger,
             ["--input-required-tool", "no_such_tool"],
             INPUT_REQUIRED_CHECK,
             "an input-required answer under a key (E8, P25)",
@@ -254,13 +261,13 @@ def test_a_server_that_offers_no_tasks_and_names_no_asking_tool_is_not_applicabl
     ],
 )
 def test_a_server_that_has_the_feature_but_not_the_kits_fixture_is_not_tested_and_the_run_exits_3(
-    tmp_path, server_options, kit_options, check, untested
+    tmp_path, server, kit_options, check, untested
 ):
     """Where the rule binds the server but the kit lacked what it needs, the check is NOT TESTED, never not
     applicable: the summary names what to give, and the run exits 3."""
     ran = run(
         "--command",
-        ledger(tmp_path, *server_options),
+        server(tmp_path),
         *kit_options,
         "--check",
         check,
