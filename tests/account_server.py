@@ -31,8 +31,8 @@ async def make_task_table(url: str) -> None:
         await tasks.create_table(tx)
 
 
-keys = Idempotency(options.tasks_store or "memory", server_info={"name": "accounts", "version": "1.0"})
-layers: dict[str, Any] = {"lifespan": keys.lifespan, "middleware": [keys]}  # the layer, wired here alone
+keys = Idempotency(options.tasks_store or "memory")
+layers: dict[str, Any] = {"extensions": [keys], "middleware": [keys.advertise], "lifespan": keys.lifespan}
 if options.tasks_store:
     anyio.run(make_task_table, options.tasks_store)
     layers = with_tasks(keys, task_tools=())  # the extension declared, no tool of it
