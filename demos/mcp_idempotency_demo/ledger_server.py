@@ -359,8 +359,14 @@ def main(
     )
     log.info("%s", tenancy(settings))
     principal = one_tenant if settings.issuer is None else token_principal
+    tables = (*ledger.TABLES, *(tasks.TABLES if settings.tasks else ()))
     keys = layer(
-        settings.store, server_info=SERVER_INFO, limits=limits, principal=principal, placement=settings.placement
+        settings.store,
+        server_info=SERVER_INFO,
+        limits=limits,
+        principal=principal,
+        placement=settings.placement,
+        tables=tables,
     )
     if settings.transport == "stdio":
         ledger_server(keys, settings.charge_delay, settings.tasks, settings.state_key).run()

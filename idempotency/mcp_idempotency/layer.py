@@ -24,7 +24,7 @@ tests/CONFORMANCE.md lists both.
 """
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -166,7 +166,8 @@ class Idempotency:
     Everything it needs is passed in: the store's URL (memory, sqlite:PATH or
     postgresql://...), its limits (retention P8, lease P18, bound P9, key length P2), the server's
     info (stamped on a replay shaped for 2026-07-28, P20), how to find the
-    principal of a request (K2) and where the key and the capability are (P26).
+    principal of a request (K2), where the key and the capability are (P26), and
+    the tools' own tables (schema statements the store runs as it opens: open_store).
     A subclass may change one decision by overriding the method that makes it;
     tests/stand_ins/ do, to break one rule each.
     """
@@ -179,8 +180,10 @@ class Idempotency:
         limits: Limits = Limits(),
         principal: Callable[[], Principal] = one_tenant,
         placement: Placement = Placement.PARAMS,
+        tables: Sequence[str] = (),
     ):
         self.store_url, self.limits, self.principal = checked_url(store), limits, principal  # a bad URL fails here
+        self.tables = tuple(tables)  # the tools' own schema statements, made as the store opens (open_store)
         self.placement = placement  # P26: it decides only where the key is read and the capability written
         self.server_info = dict(server_info)
         self._store: Store | None = None
@@ -195,7 +198,7 @@ class Idempotency:
         if refusal is not None:
             log.error("%s", refusal)
             raise RuntimeError(refusal)
-        async with open_store(self.store_url, self.limits) as store:
+        async with open_store(self.store_url, self.limits, self.tables) as store:
             self._store = store
             try:
                 yield self

@@ -26,11 +26,15 @@ Every store answers what the dispatch layer asks:
                               or roll both back (fencing)
 
 A store keeps the records and the unit of work, nothing else. A tool keeps its own
-data in the same store through the unit of work's public API, and creates its own
-tables: on SQLite `await tx.run(lambda db: db.execute(...))` runs in the worker
-thread that holds the transaction, on PostgreSQL `await tx.run(lambda db:
-db.fetchval(...))` on its asyncpg connection, and the memory store keeps whole
-numbers by name (`tx.value`, `tx.add`). mcp_idempotency_demo/ledger.py is such a tool.
+data in the same store through the unit of work, in one SQL that runs unchanged on
+every store (the memory store keeps a tool's data in a private in-memory SQLite):
+
+    async with keys.transaction() as tx:
+        await tx.execute("UPDATE ledger SET balance = balance + $1", amount)
+        row = await tx.fetchone("SELECT balance FROM ledger")
+
+and declares its tables to open_store (`tables`), which makes them as the store opens.
+mcp_idempotency_demo/ledger.py is such a tool.
 
 A store that fails (busy, locked, full, an I/O error, a lost connection) raises
 StoreUnavailable, and a unit of work that met one says so in `failure`: the dispatch
