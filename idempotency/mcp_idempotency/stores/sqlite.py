@@ -261,13 +261,13 @@ class SQLiteStore(Store):
 
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         try:
-            return self.claim_on(self.on_loop, key, fingerprint, principal)
-        except sqlite3.OperationalError:  # "database is locked": another writer has the file; wait aside
             try:
+                return self.claim_on(self.on_loop, key, fingerprint, principal)
+            except sqlite3.OperationalError:  # "database is locked": another writer has the file; wait aside
                 async with self.turn:
                     return await anyio.to_thread.run_sync(self.claim_on, self.writer, key, fingerprint, principal)
-            except sqlite3.Error as error:
-                raise failed(error) from error
+        except sqlite3.Error as error:  # P23: any other, a malformed file included, is the store failing
+            raise failed(error) from error
 
     def claim_on(self, db: sqlite3.Connection, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         """P4, P8, P9, P16, P18: a read; then, if the key may be taken, one write transaction."""
