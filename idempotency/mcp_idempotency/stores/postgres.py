@@ -272,8 +272,8 @@ class PostgresTransaction(Transaction):
 
     async def run(self, statement: Callable[[Any], Awaitable[T]]) -> T:
         """`await statement(db)` on this unit of work's asyncpg connection, after BEGIN and any savepoint not
-        yet sent, and what it returns: how a tool runs its own statements here (P17), and this store its own (P23).
-        A tool's statement never ends the transaction (COMMIT, ROLLBACK): the unit of work's exit does."""
+        yet sent, and what it returns: how every statement of this unit of work runs, a tool's (execute, fetchone,
+        fetchall, P17) and this store's own (P23); only the unit of work's exit ends the transaction."""
         if self.failure is not None:
             raise failed(self.failure) from self.failure
         try:

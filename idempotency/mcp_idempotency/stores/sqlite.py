@@ -351,8 +351,8 @@ class SQLiteTransaction(Transaction):
 
     async def run(self, statement: Callable[[sqlite3.Connection], T]) -> T:
         """Run `statement(db)` in a worker thread, inside this unit of work's transaction, and return
-        what it returns: how a tool runs its own statements here (P17), and how this store runs its own.
-        A tool's statement never ends the transaction (COMMIT, ROLLBACK): the unit of work's exit does.
+        what it returns: how every statement of this unit of work runs, a tool's (execute, fetchone,
+        fetchall, P17) and this store's own; only the unit of work's exit ends the transaction.
 
         A statement never runs outside it: if BEGIN could not take the file (another
         process held it past the wait), or SQLite ended the transaction on an error
