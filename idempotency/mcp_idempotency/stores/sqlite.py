@@ -119,7 +119,9 @@ TOOLS_OWN_ERRORS = (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.Da
 T = TypeVar("T")  # what a statement run in a unit of work returns
 
 # A tool writes $1, $2... (PostgreSQL's placeholders) on every store; SQLite reads the
-# same positions as ?1, ?2..., so one text serves both, and arguments bind by position.
+# same positions as ?1, ?2..., so one text serves both, and arguments bind by number.
+# The rewrite does not parse SQL: a $ and digits inside a string literal are rewritten
+# too, so such text is passed as an argument.
 PLACEHOLDER = re.compile(r"\$(\d+)")
 
 
