@@ -9,7 +9,7 @@ keeps its ledger). `Amount` is what its charge tools take as an amount.
 
 from typing import Annotated
 
-from pydantic import AfterValidator, StrictFloat, StrictInt, WithJsonSchema  # pydantic ships with every mcp
+from pydantic import BeforeValidator, WithJsonSchema  # pydantic ships with every mcp
 
 from mcp_idempotency.stores import Row, Transaction
 
@@ -25,8 +25,10 @@ from mcp_idempotency.stores import Row, Transaction
 # the same amounts, spelled in its own pydantic Field.
 
 
-def whole_positive(amount: int | float) -> int:
-    """A charge is a positive whole number of units, exactly as sent."""
+def whole_positive(amount: object) -> int:
+    """A charge is a positive whole number of units, exactly as sent: an integer, or a float that is one."""
+    if isinstance(amount, bool) or not isinstance(amount, int | float):
+        raise ValueError(f"amount must be a number, not {amount!r}")
     if amount <= 0 or (isinstance(amount, float) and not amount.is_integer()):
         raise ValueError(f"amount must be a positive whole number, not {amount!r}")
     if isinstance(amount, float) and amount >= 2**53:
@@ -37,11 +39,9 @@ def whole_positive(amount: int | float) -> int:
     return int(amount)
 
 
-Amount = Annotated[
-    StrictInt | StrictFloat,
-    AfterValidator(whole_positive),
-    WithJsonSchema({"type": "integer", "exclusiveMinimum": 0}),
-]
+# An int to the tool that takes it (and to mypy): the validator, which sees the
+# number as sent, decides, so the lax int validation after it only ever sees an int.
+Amount = Annotated[int, BeforeValidator(whole_positive), WithJsonSchema({"type": "integer", "exclusiveMinimum": 0})]
 
 # ----------------------------------------------------------------------------
 # The ledger in the store
@@ -80,9 +80,9 @@ async def the_row(tx: Transaction, sql: str, *args: object) -> Row:
     return row
 
 
-async def charge(tx: Transaction, amount: int | float) -> int:
-    """Add one charge of a whole `amount` (an `Amount`: 100.0 is 100); return the new balance."""
-    return int((await the_row(tx, CHARGE, int(amount)))[0])
+async def charge(tx: Transaction, amount: int) -> int:
+    """Add one charge of `amount`; return the new balance."""
+    return int((await the_row(tx, CHARGE, amount))[0])
 
 
 async def read(tx: Transaction) -> dict[str, int]:
