@@ -71,6 +71,31 @@ async def test_a_nested_unit_of_work_that_fails_undoes_only_its_own_statements(u
             assert await tx.fetchall(ALL) == [(1, "kept")]
 
 
+async def test_units_of_work_that_overlap_take_turns_where_the_store_needs_and_both_commit(url):
+    """The second writes while the first, which wrote already, is still open (memory and SQLite let one
+    writer in at a time, so there it waits its turn): neither write is lost, and nothing is left waiting."""
+    async with open_store(url, Limits(), tables=[NOTES]) as store:
+        first_wrote = anyio.Event()
+
+        async def first() -> None:
+            async with store.transaction() as tx:
+                await tx.execute(ADD, 1, "first")
+                first_wrote.set()
+                await anyio.sleep(0.2)  # still open while the second writes
+
+        async def second() -> None:
+            await first_wrote.wait()
+            async with store.transaction() as tx:
+                await tx.execute(ADD, 2, "second")
+
+        with anyio.fail_after(10):  # a unit of work left holding the store's turn would hang: fail instead
+            async with anyio.create_task_group() as units:
+                units.start_soon(first)
+                units.start_soon(second)
+        async with store.transaction() as tx:
+            assert await tx.fetchall(ALL) == [(1, "first"), (2, "second")]
+
+
 @pytest.mark.parametrize("store_kind", ["sqlite", "postgresql"])
 async def test_a_tools_table_made_as_the_store_opens_keeps_its_rows_when_it_opens_again(url):
     async with open_store(url, Limits(), tables=[NOTES]) as store, store.transaction() as tx:
