@@ -10,11 +10,9 @@ be the kit's fixture. With --tasks-store it declares the tasks extension, yet ru
 import argparse
 from typing import Any
 
-import anyio
 from mcp.server.mcpserver import MCPServer
 
 from mcp_idempotency.layer import Idempotency
-from mcp_idempotency.stores import Limits, open_store
 from mcp_idempotency_demo import tasks
 from mcp_idempotency_demo.ledger_server import with_tasks
 
@@ -25,16 +23,9 @@ parser.add_argument("--tasks-store", metavar="sqlite:PATH", help="declare tasks,
 options = parser.parse_args()
 
 
-async def make_task_table(url: str) -> None:
-    """The task table, as the ledger server makes it before serving."""
-    async with open_store(url, Limits()) as store, store.transaction() as tx:
-        await tasks.create_table(tx)
-
-
-keys = Idempotency(options.tasks_store or "memory")
+keys = Idempotency(options.tasks_store or "memory", tables=tasks.TABLES if options.tasks_store else ())
 layers: dict[str, Any] = {"extensions": [keys], "middleware": [keys.advertise], "lifespan": keys.lifespan}
 if options.tasks_store:
-    anyio.run(make_task_table, options.tasks_store)
     layers = with_tasks(keys, task_tools=())  # the extension declared, no tool of it
 mcp = MCPServer("accounts", version="1.0", **layers)
 counts: dict[str, int] = {}

@@ -14,7 +14,7 @@ from conftest import FakeClock
 from stores import execute
 from wire import SDK2_SERVER, sdk2_python
 
-from mcp_idempotency.stores import Full, Held, Limits, Won, may_take, memory, postgres, sqlite
+from mcp_idempotency.stores import Full, Held, Limits, StoreUnavailable, Won, may_take, memory, postgres, sqlite
 from mcp_idempotency_demo import ledger as the_ledger
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("2x-stdio", "2x-http")]
@@ -438,3 +438,19 @@ async def test_work_spawned_from_a_unit_of_work_gets_its_own_once_that_one_has_e
             await written.wait()
         async with store.transaction() as tx:
             assert await the_ledger.read(tx) == {"balance": 105, "charges": 2}
+
+
+async def test_a_claim_on_a_malformed_sqlite_file_is_the_store_failing_not_a_driver_error(tmp_path):
+    """P23: every SQLite error a claim meets, not only "database is locked", is StoreUnavailable, which the
+    layer answers as retryable; a malformed file (a DatabaseError) escaped the claim as the driver's own."""
+    path = tmp_path / "store.db"
+    await sqlite.SQLiteStore(str(path), Limits()).close()
+    with path.open("r+b") as file:  # every page but the first (the schema) overwritten
+        file.seek(4096)
+        file.write(b"\xff" * (path.stat().st_size - 4096))
+    store = sqlite.SQLiteStore(str(path), Limits())
+    try:
+        with pytest.raises(StoreUnavailable, match="malformed"):
+            await store.claim("k", FINGERPRINT, ALICE)
+    finally:
+        await store.close()

@@ -288,15 +288,16 @@ def tenancy(settings: argparse.Namespace) -> str:
     return "serving one tenant: no authorisation, every client shares one key space (P10')"
 
 
+def tables_of(run_tasks: bool) -> tuple[str, ...]:
+    """The tables the server's tools keep in the store: the ledger's, and with --tasks the task table."""
+    return (*ledger.TABLES, *(tasks.TABLES if run_tasks else ()))
+
+
 async def store_problem(url: str, limits: Limits, run_tasks: bool) -> str | None:
-    """Open the store once before serving, and make the ledger's table in it if it has none: a bad
-    --store ends in one line, not a traceback. Every instance does this as it starts (ledger.create
-    lets several do it at once), before any call can reach the ledger."""
+    """Open the store once before serving, with the tools' tables: a bad --store ends in one line, not a
+    traceback."""
     try:
-        async with open_store(url, limits) as store, store.transaction() as tx:
-            await ledger.create(tx)
-            if run_tasks:
-                await tasks.create_table(tx)
+        async with open_store(url, limits, tables_of(run_tasks)):
             return None
     except OtherSchema as error:  # its message says what to do: the one line as it is
         return str(error)
@@ -365,7 +366,8 @@ def main(
     )
     log.info("%s", tenancy(settings))
     principal = one_tenant if settings.issuer is None else token_principal
-    keys = layer(settings.store, limits=limits, principal=principal, placement=settings.placement)
+    tables = tables_of(settings.tasks)
+    keys = layer(settings.store, limits=limits, principal=principal, placement=settings.placement, tables=tables)
     if settings.transport == "stdio":
         ledger_server(keys, settings.charge_delay, settings.tasks, settings.state_key).run()
     else:

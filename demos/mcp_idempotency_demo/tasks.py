@@ -16,8 +16,7 @@ the work, then the task methods and their gates.
 
 Tasks live in the store the records and the ledger live in (a table of this demo's,
 written through the layer's unit of work as mcp_idempotency_demo/ledger.py does), so every instance
-on that store answers for every task. A SQL store only: the memory store keeps
-counters, not rows. A task whose instance stops mid-charge stays `working` (its
+on that store answers for every task. A task whose instance stops mid-charge stays `working` (its
 charge rolled back): nothing here resumes it.
 """
 
@@ -45,9 +44,6 @@ from pydantic import BaseModel
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.rules import INTERNAL_ERROR
 from mcp_idempotency.stores import Transaction
-from mcp_idempotency.stores.sqlite import SQLiteTransaction
-
-from .ledger import postgres
 
 log = logging.getLogger("idempotency")
 
@@ -56,83 +52,46 @@ TASK_METHODS = ("tasks/get", "tasks/update", "tasks/cancel")
 POLL_INTERVAL_MS = 100  # the demo's charges take a fraction of a second
 
 # ----------------------------------------------------------------------------
-# The task table, on SQLite and PostgreSQL
+# The task table, the same SQL on every store
 # ----------------------------------------------------------------------------
 
 # `owner` is the principal (SEP-2663: authorisation on each task request; K2 for
 # records): another principal's task id is an unknown task. `outcome` is the wire
 # result of the tool, {"result": ...} or {"error": ...}, once the task has finished.
-SQLITE_TABLE = """
-CREATE TABLE IF NOT EXISTS tasks (
-    task_id     TEXT PRIMARY KEY,
-    owner       TEXT NOT NULL,
-    status      TEXT NOT NULL,
-    created_at  TEXT NOT NULL,
-    updated_at  TEXT NOT NULL,
-    outcome     TEXT
-)"""
-POSTGRES_TABLE = """
-SELECT pg_advisory_xact_lock(hashtext('mcp_idempotency_demo.tasks'));
-CREATE TABLE IF NOT EXISTS tasks (
-    task_id     text PRIMARY KEY,
-    owner       text NOT NULL,
-    status      text NOT NULL,
-    created_at  text NOT NULL,
-    updated_at  text NOT NULL,
-    outcome     text
-)"""
-INSERT = "INSERT INTO tasks VALUES ({}, {}, 'working', {}, {}, NULL)"
-STATUS = "SELECT status FROM tasks WHERE task_id = {}"
-READ = "SELECT status, created_at, updated_at, outcome FROM tasks WHERE task_id = {} AND owner = {}"
+# For the store to make as it opens (open_store's `tables`), beside the ledger's.
+TABLES = (
+    """CREATE TABLE IF NOT EXISTS tasks (
+        task_id     text PRIMARY KEY,
+        owner       text NOT NULL,
+        status      text NOT NULL,
+        created_at  text NOT NULL,
+        updated_at  text NOT NULL,
+        outcome     text
+    )""",
+)
+INSERT = "INSERT INTO tasks VALUES ($1, $2, 'working', $3, $4, NULL)"
+STATUS = "SELECT status FROM tasks WHERE task_id = $1"
+READ = "SELECT status, created_at, updated_at, outcome FROM tasks WHERE task_id = $1 AND owner = $2"
 # A task leaves `working` once: the first of its finish and a cancel wins.
-FINISH = "UPDATE tasks SET status = {}, updated_at = {}, outcome = {} WHERE task_id = {} AND status = 'working'"
-CANCEL = """UPDATE tasks SET status = 'cancelled', updated_at = {}
-    WHERE task_id = {} AND owner = {} AND status = 'working'"""
-# PostgreSQL: a task's creation and its work take turns on a lock of the task's own
-# (SQLite's write lock does it there): the work waits until its creation has ended.
-TURN = "SELECT pg_advisory_xact_lock(hashtext($1))"
-
-
-def sql(statement: str, tx: Transaction) -> str:
-    """A statement with the placeholders of the store's driver: ? for SQLite, $1... for asyncpg."""
-    if isinstance(tx, SQLiteTransaction):
-        return statement.format(*["?"] * statement.count("{}"))
-    return statement.format(*[f"${n}" for n in range(1, statement.count("{}") + 1)])
-
-
-async def create_table(tx: Transaction) -> None:
-    """Make the task table unless it is there; as the server starts, beside the ledger's."""
-    if isinstance(tx, SQLiteTransaction):
-        await tx.run(lambda db: db.execute(SQLITE_TABLE))
-    else:
-        await postgres(tx).run(lambda db: db.execute(POSTGRES_TABLE))
+FINISH = "UPDATE tasks SET status = $1, updated_at = $2, outcome = $3 WHERE task_id = $4 AND status = 'working'"
+CANCEL = """UPDATE tasks SET status = 'cancelled', updated_at = $1
+    WHERE task_id = $2 AND owner = $3 AND status = 'working'"""
 
 
 async def execute(tx: Transaction, statement: str, *values: Any) -> int:
     """Run one write; return how many rows it changed."""
-    text = sql(statement, tx)
-    if isinstance(tx, SQLiteTransaction):
-        return int(await tx.run(lambda db: db.execute(text, values).rowcount))
-    status = await postgres(tx).run(lambda db: db.execute(text, *values))
-    return int(status.split()[-1])
+    return await tx.execute(statement, *values)
 
 
 async def fetch(tx: Transaction, statement: str, *values: Any) -> tuple[Any, ...] | None:
     """Run one read; its first row, or None."""
-    text = sql(statement, tx)
-    if isinstance(tx, SQLiteTransaction):
-        row = await tx.run(lambda db: db.execute(text, values).fetchone())
-        return None if row is None else tuple(row)
-    record = await postgres(tx).run(lambda db: db.fetchrow(text, *values))
-    return None if record is None else tuple(record)
+    return await tx.fetchone(statement, *values)
 
 
 async def take_turn(tx: Transaction, task_id: str) -> None:
-    """Wait until the transaction that created the task (maybe the layer's, with the key's record) has ended."""
-    if isinstance(tx, SQLiteTransaction):
-        await tx.run(lambda db: db.execute("SELECT 1"))  # BEGIN IMMEDIATE: the file's write lock
-    else:
-        await postgres(tx).run(lambda db: db.execute(TURN, task_id))
+    """Wait until the transaction that created the task (maybe the layer's, with the key's record) has ended:
+    a task's creation and its work take turns on a lock of the task's own."""
+    await tx.lock(task_id)
 
 
 def now() -> str:

@@ -32,7 +32,7 @@ tests/CONFORMANCE.md lists both.
 """
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -140,10 +140,10 @@ def recorded_as(outcome: Outcome, key: str) -> tuple[Outcome, str]:
 
 
 def as_recorded_then(kept: dict[str, Any]) -> dict[str, Any]:
-    """A result recorded by an earlier version, already shaped for its revision: the server's stamp taken off."""
-    # The SDK stamps every 2026-07-28 result with this server's info; a stamp kept from
-    # then would be sent as it was, to a retry of another revision too.
-    result = dict(kept["result"])
+    """A result recorded by an earlier version, shaped for its revision then: as a handler returns it now."""
+    # A handler's result names its type, which a 2025 shape left out; and the SDK stamps every
+    # 2026-07-28 result with this server's info, so a stamp kept from then is taken off.
+    result = {"resultType": "complete", **kept["result"]}
     meta = {name: value for name, value in result.pop("_meta", {}).items() if name != mcp_types.SERVER_INFO_META_KEY}
     return {**result, "_meta": meta} if meta else result
 
@@ -192,7 +192,8 @@ class Idempotency(Extension):
 
     Everything it needs is passed in: the store's URL (memory, sqlite:PATH or
     postgresql://...), its limits (retention P8, lease P18, bound P9, key length P2), how
-    to find the principal of a request (K2) and where the key and the capability are (P26).
+    to find the principal of a request (K2), where the key and the capability are (P26), and
+    the tools' own tables (schema statements the store runs as it opens: open_store).
     """
 
     identifier = rules.EXTENSION_ID  # advertised under capabilities.extensions only with the key in _meta
@@ -204,8 +205,10 @@ class Idempotency(Extension):
         limits: Limits = Limits(),
         principal: Callable[[], Principal] = one_tenant,
         placement: Placement = Placement.PARAMS,
+        tables: Sequence[str] = (),
     ):
         self.store_url, self.limits, self.principal = checked_url(store), limits, principal  # a bad URL fails here
+        self.tables = tuple(tables)  # the tools' own schema statements, made as the store opens (open_store)
         self.placement = placement  # P26: it decides only where the key is read and the capability written
         self._store: Store | None = None
         self.applied = False  # by an MCPServer, given extensions=[keys]
@@ -224,7 +227,7 @@ class Idempotency(Extension):
         if refusal is not None:
             log.error("%s", refusal)
             raise RuntimeError(refusal)
-        async with open_store(self.store_url, self.limits) as store:
+        async with open_store(self.store_url, self.limits, self.tables) as store:
             self._store = store
             try:
                 yield self
@@ -246,6 +249,9 @@ class Idempotency(Extension):
 
     async def advertise(self, ctx: Context, call_next: CallNext) -> HandlerResult:
         """The server middleware that writes the capability into server/discover (2026-07-28) and initialize (2025)."""
+        if ctx.request is not None and self.principal is one_tenant and not self.shared_key_space_told:
+            self.shared_key_space_told = True  # K2: the operator learns it once, at the first request over HTTP
+            log.warning(SHARED_KEY_SPACE)
         if ctx.request_id is None or ctx.method not in ("server/discover", "initialize"):
             return await call_next(ctx)
         # Checked at the handshake, before any capability is advertised: a client told the server
@@ -281,9 +287,6 @@ class Idempotency(Extension):
         self, params: mcp_types.CallToolRequestParams, ctx: Context, call_next: CallNext
     ) -> HandlerResult:
         """S0-S3: the SDK validated the request; read its key from the raw params, then claim, answer or run."""
-        if ctx.request is not None and self.principal is one_tenant and not self.shared_key_space_told:
-            self.shared_key_space_told = True  # K2: the operator learns it once, not per request
-            log.warning(SHARED_KEY_SPACE)
         sent = dict(ctx.params or {})  # the raw params: the typed `params` have no idempotencyKey
         key = self.key_of(sent)
         if key is None:

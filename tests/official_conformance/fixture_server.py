@@ -24,7 +24,6 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
 from mcp_idempotency.layer import Idempotency
-from mcp_idempotency.stores import Limits, open_store
 from mcp_idempotency_demo import tasks
 from mcp_idempotency_demo.ledger_server import SERVER_INFO, with_tasks
 
@@ -60,12 +59,6 @@ def fixture_server(keys: Idempotency) -> MCPServer:
     return mcp
 
 
-async def make_task_table(url: str) -> None:
-    """The task table, as the ledger server makes it before serving."""
-    async with open_store(url, Limits()) as store, store.transaction() as tx:
-        await tasks.create_table(tx)
-
-
 def main() -> None:
     """Serve the fixtures over stateless Streamable HTTP on loopback, as the ledger server does; logs on stderr."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -74,8 +67,7 @@ def main() -> None:
     parser.add_argument("--store", required=True, metavar="sqlite:PATH")
     settings = parser.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
-    anyio.run(make_task_table, settings.store)
-    keys = Idempotency(settings.store)
+    keys = Idempotency(settings.store, tables=tasks.TABLES)
     app = fixture_server(keys).streamable_http_app(stateless_http=True, json_response=True, host="127.0.0.1")
     uvicorn.run(app, host="127.0.0.1", port=settings.port, log_level="warning")
 

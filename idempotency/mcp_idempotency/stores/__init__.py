@@ -26,11 +26,15 @@ Every store answers what the dispatch layer asks:
                               or roll both back (fencing)
 
 A store keeps the records and the unit of work, nothing else. A tool keeps its own
-data in the same store through the unit of work's public API, and creates its own
-tables: on SQLite `await tx.run(lambda db: db.execute(...))` runs in the worker
-thread that holds the transaction, on PostgreSQL `await tx.run(lambda db:
-db.fetchval(...))` on its asyncpg connection, and the memory store keeps whole
-numbers by name (`tx.value`, `tx.add`). mcp_idempotency_demo/ledger.py is such a tool.
+data in the same store through the unit of work, in one SQL that runs unchanged on
+every store (the memory store keeps a tool's data in a private in-memory SQLite):
+
+    async with keys.transaction() as tx:
+        await tx.execute("UPDATE ledger SET balance = balance + $1", amount)
+        row = await tx.fetchone("SELECT balance FROM ledger")
+
+and declares its tables to open_store (`tables`), which makes them as the store opens.
+mcp_idempotency_demo/ledger.py is such a tool.
 
 A store that fails (busy, locked, full, an I/O error, a lost connection) raises
 StoreUnavailable, and a unit of work that met one says so in `failure`: the dispatch
@@ -48,11 +52,11 @@ import contextvars
 import itertools
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -185,6 +189,8 @@ def must_upgrade(url: str, found: int, otherwise: str) -> bool:
 # A unit of work, and a nested one (a savepoint)
 # ----------------------------------------------------------------------------
 
+Row = tuple[Any, ...]  # a row a tool's query returns, its columns in the query's order
+
 # The unit of work open in this task, if any. The dispatch layer opens one around a
 # keyed tool call; the tool's own `transaction()` then joins it as a savepoint rather
 # than committing on its own, as nested atomic() blocks do in Django. So a tool holds
@@ -236,6 +242,25 @@ class Transaction(ABC):
     @abstractmethod
     async def rollback_to(self, name: str) -> None:
         """Undo what ran since savepoint `name`; the unit of work goes on."""
+
+    # -- a tool's own statements: one SQL text, $1, $2... for its arguments, on every store --
+
+    @abstractmethod
+    async def execute(self, sql: str, *args: object) -> int:
+        """Run one statement in this unit of work; how many rows an INSERT, UPDATE or DELETE changed (else 0)."""
+
+    @abstractmethod
+    async def fetchall(self, sql: str, *args: object) -> list[Row]:
+        """Run one query in this unit of work; its rows, as tuples."""
+
+    async def fetchone(self, sql: str, *args: object) -> Row | None:
+        """Run one query in this unit of work; its first row, as a tuple, or None."""
+        rows = await self.fetchall(sql, *args)
+        return rows[0] if rows else None
+
+    @abstractmethod
+    async def lock(self, name: str) -> None:
+        """Hold the lock `name` until this unit of work ends: another unit of work asking for it waits meanwhile."""
 
     def complete(self, key: str, fingerprint: bytes, outcome: str) -> None:
         """P17, P18: record the outcome (opening its window, P8) with the commit, if the key is
@@ -348,22 +373,27 @@ def checked_url(url: str) -> str:
 
 
 @asynccontextmanager
-async def open_store(url: str, limits: Limits) -> AsyncIterator[Store]:
-    """The store a URL names: memory, sqlite:PATH or postgresql://...; closed on exit."""
+async def open_store(url: str, limits: Limits, tables: Sequence[str] = ()) -> AsyncIterator[Store]:
+    """The store a URL names: memory, sqlite:PATH or postgresql://...; closed on exit.
+
+    `tables` are the tools' own schema statements, run in order beside the records' as the
+    store opens, under its schema lock, so instances starting together on an empty store
+    take turns; every start runs them, so each must allow for what it made before
+    (CREATE TABLE IF NOT EXISTS, an INSERT ... WHERE NOT EXISTS)."""
     checked_url(url)
     store: Store
     if url == "memory":
         from .memory import MemoryStore
 
-        store = MemoryStore(limits)
+        store = MemoryStore(limits, tables=tables)
     elif url.startswith("sqlite:"):
         from .sqlite import SQLiteStore
 
-        store = SQLiteStore(url.removeprefix("sqlite:"), limits)
+        store = SQLiteStore(url.removeprefix("sqlite:"), limits, tables=tables)
     else:
         from .postgres import PostgresStore
 
-        store = await PostgresStore.open(url, limits)
+        store = await PostgresStore.open(url, limits, tables)
     try:
         yield store
     finally:

@@ -1,11 +1,19 @@
-"""memory: one process's dicts, what rule L2 says does not satisfy the guarantee (offered to show why)."""
+"""memory: one process's dicts, what rule L2 says does not satisfy the guarantee (offered to show why).
 
+A tool's own data lives in a private in-memory SQLite database, so a tool's statements
+run unchanged here, on SQLite and on PostgreSQL; the records stay in dicts.
+"""
+
+import sqlite3
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from . import Full, Held, Limits, Store, Transaction, Won, may_take, new_owner
+import anyio
+
+from . import Full, Held, Limits, Row, Store, Transaction, Won, may_take, new_owner
+from .sqlite import changed_rows, create_tables, rows_of
 
 
 @dataclass
@@ -19,11 +27,11 @@ class Record:
 
 
 class MemoryStore(Store):
-    """Records, and the numbers tools keep by name (MemoryTransaction), in this process only."""
+    """Records, and the tools' own tables (MemoryTransaction), in this process only."""
 
     url = "memory"
 
-    def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic, tables: Sequence[str] = ()):
         super().__init__(limits)
         self.clock = clock
         self.records: dict[str, Record] = {}
@@ -31,7 +39,14 @@ class MemoryStore(Store):
         # in: a purge only ever looks at the front (P8).
         self.expiry_order: deque[str] = deque()
         self.keys_of: dict[str, set[str]] = {}  # P9': principal -> its keys, as the SQL stores' index on principal
-        self.values: dict[str, int] = {}  # what tools keep here, by name, as committed
+        # The tools' tables: statements run on the event loop (no disk to wait for), one
+        # unit of work at a time, from its first statement to its end, as on SQLite.
+        self.data = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self.turn = anyio.Lock()
+        create_tables(self.data, tables)
+
+    async def close(self) -> None:
+        self.data.close()
 
     def purge(self) -> None:
         """P8, P9: drop the completed records whose window has passed; called only when the store is full."""
@@ -90,47 +105,60 @@ class MemoryStore(Store):
 
 
 class MemoryTransaction(Transaction):
-    """A tool's changes wait here until commit, so a fenced completion can drop them (P17, P18).
-
-    No SQL: a tool keeps whole numbers by name, read with `value` and changed with
-    `add`. A change is staged as a delta, which commutes with every other unit of
-    work's: two that overlap on the one event loop both count when they commit. A
-    savepoint is a copy of what was staged when it began, put back to roll back to it.
-    """
+    """A tool's statements, in a transaction of the private database begun at the first of them;
+    the record's completion is checked as it commits, so a fenced one drops them (P17, P18)."""
 
     def __init__(self, store: MemoryStore):
         super().__init__()
         self.store = store
-        self.staged: dict[str, int] = {}  # name -> the change not yet committed
-        self.marks: dict[str, dict[str, int]] = {}  # savepoint -> what was staged when it began
+        self.open = False  # BEGIN ran: the store's turn is held until COMMIT or ROLLBACK
 
-    def value(self, name: str) -> int:
-        """The number `name` as this unit of work sees it: committed, plus its own changes (0 if never set)."""
-        return self.store.values.get(name, 0) + self.staged.get(name, 0)
+    async def database(self) -> sqlite3.Connection:
+        """The private database, inside this unit of work's transaction and any savepoint not yet begun."""
+        db = self.store.data
+        if not self.open:
+            await self.store.turn.acquire()
+            db.execute("BEGIN")
+            self.open = True
+        for savepoint in self.pending():
+            db.execute(f"SAVEPOINT {savepoint}")
+        return db
 
-    def add(self, name: str, delta: int) -> int:
-        """Change the number `name` by `delta` with the commit; return its value as this unit of work sees it."""
-        for savepoint in self.pending():  # P17: the savepoints asked for so far begin here
-            self.marks[savepoint] = dict(self.staged)
-        self.staged[name] = self.staged.get(name, 0) + delta
-        return self.value(name)
+    async def execute(self, sql: str, *args: object) -> int:
+        return changed_rows(await self.database(), sql, args)
+
+    async def fetchall(self, sql: str, *args: object) -> list[Row]:
+        return rows_of(await self.database(), sql, args)
+
+    async def lock(self, name: str) -> None:
+        await self.database()  # the store's one turn covers every name
 
     async def rollback_to(self, name: str) -> None:
-        self.staged = self.marks.pop(name)
+        (await self.database()).execute(f"ROLLBACK TO {name}")
 
     async def commit(self) -> None:
-        staged, self.staged = self.staged, {}
+        # No `await` from the check to COMMIT: on one event loop, nothing completes the key meanwhile.
         if self.completion is not None:
             key, fingerprint, outcome = self.completion
             record = self.store.records.get(key)
             if record is None or record.status != "running" or record.fingerprint != fingerprint:
-                return  # P18: fenced off, and with it every change staged here
+                self.end("ROLLBACK")  # P18: fenced off, and with it every statement of this unit of work
+                return
             record.status, record.owner, record.outcome = "completed", None, outcome
             record.deadline = self.store.clock() + self.store.limits.retention  # P8: from the completion
             self.store.expiry_order.append(key)  # at the back: completion order is expiry order
             self.completed = True
-        for name, delta in staged.items():
-            self.store.values[name] = self.store.values.get(name, 0) + delta
+        self.end("COMMIT")
 
     async def rollback(self) -> None:
-        self.staged = {}
+        self.end("ROLLBACK")
+
+    def end(self, statement: str) -> None:
+        """COMMIT or ROLLBACK, if this unit of work began; then let the next one in."""
+        if not self.open:
+            return
+        try:
+            self.store.data.execute(statement)
+        finally:
+            self.open = False
+            self.store.turn.release()

@@ -20,7 +20,7 @@ named prepared statements off (pgbouncer before 1.21 loses them), so each statem
 takes two round trips instead of one. Tested behind pgbouncer 1.18 (tests/test_pooler.py).
 """
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from importlib.resources import files
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -33,6 +33,7 @@ from . import (
     Full,
     Held,
     Limits,
+    Row,
     Store,
     StoreUnavailable,
     Transaction,
@@ -92,6 +93,9 @@ SET status = 'completed', outcome = $3, deadline = clock_timestamp() + make_inte
 WHERE key = $1 AND status = 'running' AND fingerprint = $2
 """
 
+# A tool's lock (Transaction.lock): a number of its name, held to the end of the unit of work.
+LOCK = "SELECT pg_advisory_xact_lock(hashtext($1))"
+
 # The tool's own statements' errors (a constraint it broke, a value it got wrong)
 # are the tool's outcome; every other error is the store failing (P23).
 TOOLS_OWN_ERRORS = (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError)
@@ -126,11 +130,14 @@ async def found_version(db: Any) -> int:
     return int(await db.fetchval("SELECT max(version) FROM idempotency_schema") if versioned else records)
 
 
-async def create_schema(db: Any, url: str) -> None:
-    """Create the tables once, however many instances start together; refuse another version in one line."""
+async def create_schema(db: Any, url: str, tables: Sequence[str]) -> None:
+    """Create the tables once, however many instances start together, and then the tools' own (see
+    open_store) under the same lock; refuse another version in one line."""
     async with db.transaction():
         if must_create(url, await found_version(db), OTHERWISE):
             await db.execute(SCHEMA)
+        for statement in tables:
+            await db.execute(statement)
 
 
 async def upgrade(url: str) -> bool:
@@ -187,7 +194,7 @@ class PostgresStore(Store):
         self.url, self.pool = url, pool
 
     @classmethod
-    async def open(cls, url: str, limits: Limits) -> "PostgresStore":
+    async def open(cls, url: str, limits: Limits, tables: Sequence[str] = ()) -> "PostgresStore":
         # Each connection is used for one transaction at a time and keeps no session
         # state, so the pool need not reset it on release: that is a round trip a use.
         given, (url, pooled) = url, behind_pooler(url)
@@ -199,7 +206,7 @@ class PostgresStore(Store):
             async with pool.acquire() as db:
                 if pooled:
                     await check_database_settings(db, limits)
-                await create_schema(db, given)  # the URL as given: the refusal names the command to run on it
+                await create_schema(db, given, tables)  # the URL as given: the refusal names the command to run on it
         except BaseException:
             await pool.close()
             raise
@@ -265,8 +272,8 @@ class PostgresTransaction(Transaction):
 
     async def run(self, statement: Callable[[Any], Awaitable[T]]) -> T:
         """`await statement(db)` on this unit of work's asyncpg connection, after BEGIN and any savepoint not
-        yet sent, and what it returns: how a tool runs its own statements here (P17), and this store its own (P23).
-        A tool's statement never ends the transaction (COMMIT, ROLLBACK): the unit of work's exit does."""
+        yet sent, and what it returns: how every statement of this unit of work runs, a tool's (execute, fetchone,
+        fetchall, P17) and this store's own (P23); only the unit of work's exit ends the transaction."""
         if self.failure is not None:
             raise failed(self.failure) from self.failure
         try:
@@ -289,6 +296,21 @@ class PostgresTransaction(Transaction):
 
     async def rollback_to(self, name: str) -> None:
         await self.run(lambda db: db.execute(f"ROLLBACK TO SAVEPOINT {name}"))
+
+    async def execute(self, sql: str, *args: object) -> int:
+        status: str = await self.run(lambda db: db.execute(sql, *args))
+        words = status.split()  # "UPDATE 2", "INSERT 0 1", "CREATE TABLE"
+        return int(words[-1]) if words[0] in ("INSERT", "UPDATE", "DELETE") else 0
+
+    async def fetchall(self, sql: str, *args: object) -> list[Row]:
+        return [tuple(record) for record in await self.run(lambda db: db.fetch(sql, *args))]
+
+    async def fetchone(self, sql: str, *args: object) -> Row | None:
+        record = await self.run(lambda db: db.fetchrow(sql, *args))
+        return None if record is None else tuple(record)
+
+    async def lock(self, name: str) -> None:
+        await self.run(lambda db: db.execute(LOCK, name))
 
     async def _end(self, statement: str) -> None:
         """COMMIT or ROLLBACK, if this unit of work began; the connection goes back to the pool."""

@@ -2,9 +2,10 @@
 
 import fcntl
 import os
+import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -18,6 +19,7 @@ from . import (
     Full,
     Held,
     Limits,
+    Row,
     Store,
     StoreUnavailable,
     Transaction,
@@ -116,6 +118,41 @@ TOOLS_OWN_ERRORS = (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.Da
 
 T = TypeVar("T")  # what a statement run in a unit of work returns
 
+# A tool writes $1, $2... (PostgreSQL's placeholders) on every store; SQLite reads the
+# same positions as ?1, ?2..., so one text serves both, and arguments bind by number.
+# The rewrite does not parse SQL: a $ and digits inside a string literal are rewritten
+# too, so such text is passed as an argument.
+PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+def sqlite_text(sql: str) -> str:
+    """A tool's statement with SQLite's numbered placeholders for its $1, $2..."""
+    return PLACEHOLDER.sub(r"?\1", sql)
+
+
+def changed_rows(db: sqlite3.Connection, sql: str, args: Sequence[object]) -> int:
+    """Run a tool's statement; how many rows an INSERT, UPDATE or DELETE changed (else 0), as PostgreSQL says."""
+    cursor = db.execute(sqlite_text(sql), args)
+    cursor.fetchall()  # an UPDATE ... RETURNING counts its rows as they are read
+    return max(cursor.rowcount, 0)
+
+
+def rows_of(db: sqlite3.Connection, sql: str, args: Sequence[object]) -> list[Row]:
+    """Run a tool's query; its rows, as tuples."""
+    return [tuple(row) for row in db.execute(sqlite_text(sql), args)]
+
+
+def create_tables(db: sqlite3.Connection, tables: Sequence[str]) -> None:
+    """The tools' own schema statements, in one write transaction (see open_store)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in tables:
+            db.execute(sqlite_text(statement))
+        db.execute("COMMIT")
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+
 
 def failed(error: Exception) -> StoreUnavailable:
     """P23: a store failure, named for the log."""
@@ -157,12 +194,13 @@ def found_version(db: sqlite3.Connection) -> int:
     return version or min(tables, 1)
 
 
-def create_schema(path: str) -> None:
-    """Create the file and its tables once, however many processes start at the same moment;
-    refuse, in one line, a file that holds another version's tables."""
+def create_schema(path: str, tables: Sequence[str]) -> None:
+    """Create the file and its tables once, however many processes start at the same moment, and
+    then the tools' own; refuse, in one line, a file that holds another version's tables."""
     with schema_turn(path) as db:
         if must_create(f"sqlite:{path}", found_version(db), OTHERWISE):
             db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
+        create_tables(db, tables)
 
 
 def upgrade(path: str) -> bool:
@@ -196,11 +234,11 @@ class SQLiteStore(Store):
     lock held by another process stalls a worker thread, never the event loop; and
     a writer waits for it `limits.wait` at most (P23)."""
 
-    def __init__(self, path: str, limits: Limits, clock: Callable[[], float] = time.time):
+    def __init__(self, path: str, limits: Limits, clock: Callable[[], float] = time.time, tables: Sequence[str] = ()):
         super().__init__(limits)
         self.url = f"sqlite:{path}"
         self.clock = clock  # the machine's clock: every process on it reads the same one
-        create_schema(path)
+        create_schema(path, tables)
         # The claims made on the event loop need not reach the disk at once: a
         # completion's commit syncs the whole log, the claim's frames before it
         # included (the same argument as PostgreSQL's, P17). A claim a crash loses
@@ -225,13 +263,13 @@ class SQLiteStore(Store):
 
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         try:
-            return self.claim_on(self.on_loop, key, fingerprint, principal)
-        except sqlite3.OperationalError:  # "database is locked": another writer has the file; wait aside
             try:
+                return self.claim_on(self.on_loop, key, fingerprint, principal)
+            except sqlite3.OperationalError:  # "database is locked": another writer has the file; wait aside
                 async with self.turn:
                     return await anyio.to_thread.run_sync(self.claim_on, self.writer, key, fingerprint, principal)
-            except sqlite3.Error as error:
-                raise failed(error) from error
+        except sqlite3.Error as error:  # P23: any other, a malformed file included, is the store failing
+            raise failed(error) from error
 
     def claim_on(self, db: sqlite3.Connection, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         """P4, P8, P9, P16, P18: a read; then, if the key may be taken, one write transaction."""
@@ -315,8 +353,8 @@ class SQLiteTransaction(Transaction):
 
     async def run(self, statement: Callable[[sqlite3.Connection], T]) -> T:
         """Run `statement(db)` in a worker thread, inside this unit of work's transaction, and return
-        what it returns: how a tool runs its own statements here (P17), and how this store runs its own.
-        A tool's statement never ends the transaction (COMMIT, ROLLBACK): the unit of work's exit does.
+        what it returns: how every statement of this unit of work runs, a tool's (execute, fetchone,
+        fetchall, P17) and this store's own; only the unit of work's exit ends the transaction.
 
         A statement never runs outside it: if BEGIN could not take the file (another
         process held it past the wait), or SQLite ended the transaction on an error
@@ -350,6 +388,16 @@ class SQLiteTransaction(Transaction):
 
     async def rollback_to(self, name: str) -> None:
         await self.run(lambda db: db.execute(f"ROLLBACK TO {name}"))
+
+    async def execute(self, sql: str, *args: object) -> int:
+        return await self.run(lambda db: changed_rows(db, sql, args))
+
+    async def fetchall(self, sql: str, *args: object) -> list[Row]:
+        return await self.run(lambda db: rows_of(db, sql, args))
+
+    async def lock(self, name: str) -> None:
+        # The file's one write lock, taken by the first statement (BEGIN IMMEDIATE), covers every name.
+        await self.run(lambda db: None)
 
     async def commit(self) -> None:
         if self.failure is not None:  # P23: a unit of work that failed part way commits nothing
