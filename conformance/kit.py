@@ -260,8 +260,8 @@ def spelled_with_arguments(members: str, fixed: dict) -> str:
     try:
         found = members_of(members)
         spelled = [value.strip() for name, _, value in found if name == "arguments"]
-        if not fixed or len(spelled) != 1 or not spelled[0].startswith("{"):
-            return members
+        if not fixed or len(spelled) != 1 or not spelled[0].startswith("{") or not spelled[0][1:-1].strip():
+            return members  # none to merge into, or a spelled `{}`: equivalence-absent-arguments compares it as written
         named = {name for name, _, _ in members_of(spelled[0][1:-1])}
     except ValueError:
         return members  # not members the kit can read: sent as written

@@ -1,12 +1,14 @@
-"""The package's public API as an implementer meets it: importing it builds no server, and a
-server nobody here wrote for the demo, idempotency/examples/booking.py, built from that API
-alone (MCPServer(extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan)), passes the conformance
-kit."""
+"""The package's public API as an implementer meets it: importing it builds no server, and servers nobody here
+wrote for the demo, built from that API alone (MCPServer(extensions=[keys], middleware=[keys.advertise],
+lifespan=keys.lifespan)), pass the conformance kit: idempotency/examples/booking.py, and shop.py, whose tools
+take more arguments than the kit's own (--tool-arguments), one writing in the store's unit of work and one
+e-mailing; its client, shop_client.py, retries through the package's client half."""
 
 import json
 import subprocess
 import sys
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 from kit_targets import http_servers
@@ -14,19 +16,34 @@ from wire import ROOT, sdk2_python
 
 pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
 
-BOOKING = ROOT / "idempotency" / "examples" / "booking.py"
-CONTRACT = [
-    "--charge-tool",
-    "book_seats",
-    "--amount-argument",
-    "seats",
-    "--count-tool",
-    "bookings",
-    "--count-field",
-    "bookings",
-    "--other-tool",
-    "join_waiting_list",
-]
+EXAMPLES = ROOT / "idempotency" / "examples"
+# What the kit is told of each example's tools.
+CONTRACTS = {
+    "booking": [
+        "--charge-tool",
+        "book_seats",
+        "--amount-argument",
+        "seats",
+        "--count-tool",
+        "bookings",
+        "--count-field",
+        "bookings",
+        "--other-tool",
+        "join_waiting_list",
+    ],
+    "shop": [
+        "--charge-tool",
+        "pay",
+        "--count-tool",
+        "payments",
+        "--count-field",
+        "payments",
+        "--other-tool",
+        "send_receipt",
+        "--tool-arguments",
+        '{"account": "kit"}',
+    ],
+}
 # The kit's option for each server it is given, and how booking.py is started for it: the kit's defaults
 # (a 2 s charge, a 1 s window, 3 records, a 1 s lease under a charge 2 s longer).
 SERVERS = {
@@ -53,17 +70,25 @@ UNTESTED = {
 NOT_APPLICABLE = {"sep-3182-task-handle-replayed", "sep-3182-input-required-never-replayed"}
 
 
-def booking(tmp_path, name: str, *options: str) -> list[str]:
-    """The booking server's command on a SQLite store of its own."""
-    return [sdk2_python(), str(BOOKING), "--store", f"sqlite:{tmp_path / name}.db", *options]
+def example(name: str, tmp_path, variant: str, *options: str) -> list[str]:
+    """An example server's command on a SQLite store (and, for the shop, an outbox) of its own."""
+    outbox = ["--outbox", str(tmp_path / f"{variant}-outbox.txt")] if name == "shop" else []
+    return [
+        sdk2_python(),
+        str(EXAMPLES / f"{name}.py"),
+        "--store",
+        f"sqlite:{tmp_path / variant}.db",
+        *outbox,
+        *options,
+    ]
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize(("name", "transport"), [("booking", "stdio"), ("booking", "http"), ("shop", "http")])
 def test_a_server_built_from_the_public_api_alone_passes_every_check_but_those_needing_two_principals(
-    tmp_path, transport
+    tmp_path, name, transport
 ):
-    commands = {variant: booking(tmp_path, variant or "main", *options) for variant, options in SERVERS.items()}
+    commands = {variant: example(name, tmp_path, variant or "main", *options) for variant, options in SERVERS.items()}
     with ExitStack() as running:
         if transport == "stdio":
             given = {f"--{variant}command": subprocess.list2cmdline(command) for variant, command in commands.items()}
@@ -74,7 +99,7 @@ def test_a_server_built_from_the_public_api_alone_passes_every_check_but_those_n
             [
                 sys.executable,
                 str(ROOT / "conformance" / "kit.py"),
-                *CONTRACT,
+                *CONTRACTS[name],
                 *(word for option in given.items() for word in option),
                 "--json",
                 str(tmp_path / "checks.json"),
@@ -86,13 +111,32 @@ def test_a_server_built_from_the_public_api_alone_passes_every_check_but_those_n
         )
 
     results = json.loads((tmp_path / "checks.json").read_text())
-    # 3, not 0: nothing failed, but what booking.py cannot show was not tested, and the summary names it.
+    # 3, not 0: nothing failed, but what the example cannot show was not tested, and the summary names it.
     assert kit.returncode == 3, kit.stdout
     assert " 0 failed, " in kit.stdout.splitlines()[-1], kit.stdout
     skipped = [entry for entry in results if entry["status"] == "SKIPPED"]
     assert {entry["id"] for entry in skipped if entry["details"].get("applicable", True)} == UNTESTED[transport]
     assert {entry["id"] for entry in skipped if not entry["details"].get("applicable", True)} == NOT_APPLICABLE
     assert {entry["status"] for entry in results} <= {"SUCCESS", "SKIPPED"}, kit.stdout  # not even a WARNING
+
+
+def test_the_shops_client_pays_and_mails_once_each_through_a_lost_first_attempt(tmp_path):
+    shop = example("shop", tmp_path, "main", "--delay", "1.5")  # slower than the client's first attempt waits
+    client = [sdk2_python(), str(EXAMPLES / "shop_client.py"), "acme", "40", "--timeout", "1", "--", *shop]
+    ran = subprocess.run(client, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.splitlines() == ["Paid 40 into acme: balance 40", "Receipt for 40 sent to acme"]
+    assert (tmp_path / "main-outbox.txt").read_text() == "to acme: your payment of 40\n"  # one e-mail
+    assert "retrying the same request" in ran.stderr  # the first attempt of the payment timed out
+
+
+def test_the_examples_type_check_under_mypy_strict_against_the_installed_package():
+    mypy = Path(sdk2_python()).parent / "mypy"
+    files = sorted(str(path) for path in EXAMPLES.glob("*.py"))
+    checked = subprocess.run(
+        [str(mypy), "--strict", "--no-incremental", *files], capture_output=True, text=True, timeout=240, cwd=EXAMPLES
+    )
+    assert checked.returncode == 0 and files, checked.stdout
 
 
 # Every module of the package, with MCPServer made to refuse construction first.
