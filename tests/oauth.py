@@ -24,6 +24,8 @@ ISSUER = ["-m", "mcp_idempotency_demo.issuer"]
 # whatever port each instance listens on: the URL its clients know it by.
 RESOURCE = "http://ledger.test/mcp"
 READ, CHARGE = "ledger:read", "ledger:charge"
+METADATA = "http://ledger.test/.well-known/oauth-protected-resource/mcp"  # RFC 9728, for RESOURCE
+EVERY_SCOPE = f"{CHARGE} {READ}"  # what a 401 names: every scope the server uses, as its metadata lists them
 
 
 class Issuer:
