@@ -1,16 +1,18 @@
-"""SEP-3182 request idempotency for MCP servers on the mcp 2.x SDK.
+"""SEP-3182 request idempotency for MCP servers and clients on the mcp 2.x SDK.
 
 The public API, each in its module (this file imports none of them, so the stores
 and the rules load without the SDK):
 
     mcp_idempotency.layer     Idempotency, the dispatch layer, an SDK Extension:
                               MCPServer(extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan)
-    mcp_idempotency.stores    open_store, Limits, and the unit of work a tool joins (P17); the command
-                              `mcp-idempotency-store upgrade URL` (stores/command.py)
+    mcp_idempotency.stores    open_store, Limits, and the unit of work a tool joins (tx.execute, fetchone,
+                              fetchall); the command `mcp-idempotency-store` (stores/command.py)
+    mcp_idempotency.client    the client half: call_tool, one key per logical call retried until answered,
+                              and discover_settings
     mcp_idempotency.rules     what a valid key is, when two calls are the same request, the rejections
-    mcp_idempotency.probe     P12': does this mcp build let the layer see the key?
+    mcp_idempotency.probe     does this mcp build let the layer see the key?
     mcp_idempotency.keyed_call  what a 2.x client sends: KeyedCall, KeyedCallParams
-    mcp_idempotency.auth      an OAuth 2.1 resource server's pieces, for records scoped by principal (K2)
+    mcp_idempotency.auth      an OAuth 2.1 resource server's pieces, for records scoped by principal
 """
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
