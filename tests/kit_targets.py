@@ -46,6 +46,19 @@ META = ["--placement", "meta"]  # P26 on the server's command line, and the same
 # P25: the 2.x ledger server's tool that asks the user to confirm before it charges (2026-07-28).
 ASKS_FIRST = ["--input-required-tool", "charge_confirmed"]
 
+EXAMPLES = ROOT / "idempotency" / "examples"
+# What the kit is told of idempotency/examples/booking.py's tools (its second tool is not named here).
+BOOKING_CONTRACT = [
+    "--charge-tool",
+    "book_seats",
+    "--amount-argument",
+    "seats",
+    "--count-tool",
+    "bookings",
+    "--count-field",
+    "bookings",
+]
+
 
 def python_2x(script: str) -> list[str]:
     """A script of this repository run by the mcp 2.x interpreter."""

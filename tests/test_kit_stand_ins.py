@@ -14,17 +14,7 @@ from kit_targets import kit
 from wire import ROOT, sdk2_python
 
 KIT = ROOT / "conformance" / "kit.py"
-BOOKING = ROOT / "idempotency" / "examples" / "booking.py"
-BOOKING_CONTRACT = [
-    "--charge-tool",
-    "book_seats",
-    "--amount-argument",
-    "seats",
-    "--count-tool",
-    "bookings",
-    "--count-field",
-    "bookings",
-]
+BOOKING = kit_targets.EXAMPLES / "booking.py"
 MUST_CHECKS = {check.id.removeprefix("sep-3182-") for check in kit.CHECKS if check.severity == "MUST"}
 
 
@@ -121,7 +111,7 @@ E1_NOT_TESTED = (
 @pytest.mark.parametrize(
     "command",
     [
-        pytest.param(lambda: [booking(), *BOOKING_CONTRACT], id="a_server_whose_second_tool_is_not_named"),
+        pytest.param(lambda: [booking(), *kit_targets.BOOKING_CONTRACT], id="a_server_whose_second_tool_is_not_named"),
         pytest.param(
             lambda: [stand_in("ignores_the_tool_name.py"), "--other-tool", "no_such_tool"],
             id="one_whose_fingerprint_ignores_the_tool_name_and_whose_second_tool_is_not_named",
@@ -148,7 +138,7 @@ def test_a_not_tested_check_in_the_baseline_is_tolerated_and_the_run_exits_0(tmp
     ran = run(
         "--command",
         booking(),
-        *BOOKING_CONTRACT,
+        *kit_targets.BOOKING_CONTRACT,
         "--check",
         "sep-3182-different-requests-conflict",
         "--check",

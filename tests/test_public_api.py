@@ -11,26 +11,14 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from kit_targets import http_servers
+from kit_targets import BOOKING_CONTRACT, EXAMPLES, http_servers
 from wire import ROOT, sdk2_python
 
 pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
 
-EXAMPLES = ROOT / "idempotency" / "examples"
 # What the kit is told of each example's tools.
 CONTRACTS = {
-    "booking": [
-        "--charge-tool",
-        "book_seats",
-        "--amount-argument",
-        "seats",
-        "--count-tool",
-        "bookings",
-        "--count-field",
-        "bookings",
-        "--other-tool",
-        "join_waiting_list",
-    ],
+    "booking": [*BOOKING_CONTRACT, "--other-tool", "join_waiting_list"],
     "shop": [
         "--charge-tool",
         "pay",
