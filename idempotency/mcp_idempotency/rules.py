@@ -16,6 +16,37 @@ from typing import Any
 
 from pydantic_core import to_json
 
+__all__ = [
+    "CONFLICT",
+    "ERROR_CODE",
+    "EXTENSION_ID",
+    "INTERNAL_ERROR",
+    "INVALID_KEY",
+    "IN_PROGRESS",
+    "MAX_KEY_LENGTH",
+    "MAX_RECORDS",
+    "MAX_RECORDS_PER_PRINCIPAL",
+    "META_KEY",
+    "RETENTION_SECONDS",
+    "RETRYABLE",
+    "STORE_FULL",
+    "STORE_UNAVAILABLE",
+    "URL_ELICITATION_REQUIRED",
+    "InvalidKey",
+    "Placement",
+    "advertise",
+    "as_json_value",
+    "capability",
+    "checked_key",
+    "fingerprint",
+    "principal_name",
+    "principal_of",
+    "rejection",
+    "scoped_key",
+    "sent_key",
+]
+
+
 # ----------------------------------------------------------------------------
 # P2: valid keys
 # ----------------------------------------------------------------------------
@@ -23,6 +54,8 @@ from pydantic_core import to_json
 # The longest key taken unless the server is configured otherwise (stores.Limits.max_key_length,
 # `--max-key-length`): Stripe's limit, room for a UUID with any prefix a client adds. A server
 # may take fewer; the capability advertises what it takes (P11').
+
+
 MAX_KEY_LENGTH = 255
 
 JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", dict: "an object", list: "an array"}

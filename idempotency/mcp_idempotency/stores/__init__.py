@@ -62,6 +62,21 @@ import anyio
 
 from ..rules import MAX_KEY_LENGTH, MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, RETENTION_SECONDS
 
+__all__ = [
+    "Full",
+    "Held",
+    "Limits",
+    "OtherSchema",
+    "Row",
+    "Store",
+    "StoreUnavailable",
+    "Transaction",
+    "UnitOfWork",
+    "Won",
+    "checked_url",
+    "open_store",
+]
+
 # ----------------------------------------------------------------------------
 # What a claim returns, and what a store keeps to
 # ----------------------------------------------------------------------------
