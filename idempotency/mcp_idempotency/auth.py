@@ -48,6 +48,8 @@ from pydantic_core import from_json
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+__all__ = ["JwtVerifier", "ScopeGate", "auth_settings", "listing_scopes"]
+
 log = logging.getLogger("idempotency.auth")
 
 ALGORITHMS = ["RS256", "ES256"]  # asymmetric only: HS256 "signed" with a public key is refused

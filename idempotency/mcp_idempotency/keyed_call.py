@@ -7,6 +7,8 @@ puts it on the wire. Nothing here needs a server.
 
 import mcp_types
 
+__all__ = ["KeyedCall", "KeyedCallParams"]
+
 
 class KeyedCallParams(mcp_types.CallToolRequestParams):
     """tools/call params with the key beside `arguments`: 2.x's own model would drop it."""

@@ -31,6 +31,8 @@ import anyio
 from ..rules import principal_name
 from . import SCHEMA_VERSION, UPGRADABLE, Limits, OtherSchema, open_store
 
+__all__ = ["forget", "main", "upgrade"]
+
 
 async def upgrade(url: str) -> bool:
     """Upgrade the store `url` names in place; False if it was at this version already."""

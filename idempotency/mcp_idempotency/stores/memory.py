@@ -15,6 +15,8 @@ import anyio
 from . import Full, Held, Limits, Row, Store, Transaction, Won, may_take, new_owner
 from .sqlite import changed_rows, create_tables, rows_of
 
+__all__ = ["MemoryStore", "MemoryTransaction"]
+
 
 @dataclass
 class Record:

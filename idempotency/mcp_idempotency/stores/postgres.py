@@ -43,6 +43,8 @@ from . import (
     new_owner,
 )
 
+__all__ = ["PostgresStore", "PostgresTransaction", "upgrade"]
+
 CLAIM_FUNCTION = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}_claim.sql").read_text()
 SCHEMA = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}.sql").read_text() + CLAIM_FUNCTION
 OTHERWISE = "use an empty database"  # for a version that cannot be upgraded in place

@@ -30,6 +30,8 @@ from . import (
     new_owner,
 )
 
+__all__ = ["SQLiteStore", "SQLiteTransaction", "upgrade"]
+
 # P9': whose share a record counts against (rules.principal_name); "" for nobody's (a
 # bare key of an earlier version). One definition, for a new file and for the upgrade.
 PRINCIPAL = "principal TEXT NOT NULL DEFAULT ''"
