@@ -39,11 +39,9 @@ from mcp.server.extension import Extension
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel
 
-from mcp_idempotency.layer import Idempotency
+from mcp_idempotency.layer import Idempotency, as_mapping
 from mcp_idempotency.rules import INTERNAL_ERROR
-from mcp_idempotency.stores import Transaction
 
 log = logging.getLogger("idempotency")
 
@@ -76,22 +74,6 @@ READ = "SELECT status, created_at, updated_at, outcome FROM tasks WHERE task_id 
 FINISH = "UPDATE tasks SET status = $1, updated_at = $2, outcome = $3 WHERE task_id = $4 AND status = 'working'"
 CANCEL = """UPDATE tasks SET status = 'cancelled', updated_at = $1
     WHERE task_id = $2 AND owner = $3 AND status = 'working'"""
-
-
-async def execute(tx: Transaction, statement: str, *values: Any) -> int:
-    """Run one write; return how many rows it changed."""
-    return await tx.execute(statement, *values)
-
-
-async def fetch(tx: Transaction, statement: str, *values: Any) -> tuple[Any, ...] | None:
-    """Run one read; its first row, or None."""
-    return await tx.fetchone(statement, *values)
-
-
-async def take_turn(tx: Transaction, task_id: str) -> None:
-    """Wait until the transaction that created the task (maybe the layer's, with the key's record) has ended:
-    a task's creation and its work take turns on a lock of the task's own."""
-    await tx.lock(task_id)
 
 
 def now() -> str:
@@ -132,11 +114,6 @@ def unknown_task(task_id: object) -> MCPError:
 def is_task(result: Any) -> bool:
     """Is this answer a CreateTaskResult? (resultType "task" is reserved for it.)"""
     return isinstance(result, Mapping) and result.get("resultType") == "task"
-
-
-def as_json(result: HandlerResult) -> Any:
-    """The tool's result as the SDK writes it on the wire: what tasks/get answers once the task has finished."""
-    return result.model_dump(by_alias=True, mode="json", exclude_none=True) if isinstance(result, BaseModel) else result
 
 
 @dataclass
@@ -200,8 +177,8 @@ class Tasks(Extension):
         async with self.keys.transaction() as tx:
             # SEP-2663: the task was answered only once durably created; the work starts
             # only then too. If its creation rolled back (with the key's record), none runs.
-            await take_turn(tx, job.task_id)
-            exists = await fetch(tx, STATUS, job.task_id)
+            await tx.lock(job.task_id)  # the task's own lock: its creation's transaction (maybe the layer's) ends first
+            exists = await tx.fetchone(STATUS, job.task_id)
         if exists is None or exists[0] != "working":
             log.info("task %s: not run (%s)", job.task_id, "never created" if exists is None else exists[0])
             return
@@ -213,17 +190,17 @@ class Tasks(Extension):
             log.exception("task %s failed", job.task_id)
             async with self.keys.transaction() as tx:
                 outcome = json.dumps({"error": INTERNAL_ERROR})
-                await execute(tx, FINISH, "failed", now(), outcome, job.task_id)
+                await tx.execute(FINISH, "failed", now(), outcome, job.task_id)
 
     async def run_and_finish(self, job: Job) -> None:
         """P17 for a task: the tool's charge and the task's completion commit together, or neither."""
         async with self.keys.transaction() as tx:
             try:
-                outcome: dict[str, Any] = {"result": as_json(await job.call_next(job.ctx))}
+                outcome: dict[str, Any] = {"result": as_mapping(await job.call_next(job.ctx))}
                 status = "completed"  # SEP-2663: a result with isError too
             except MCPError as error:
                 outcome, status = {"error": error.error.model_dump(exclude_none=True)}, "failed"
-            if not await execute(tx, FINISH, status, now(), json.dumps(outcome), job.task_id):
+            if not await tx.execute(FINISH, status, now(), json.dumps(outcome), job.task_id):
                 # Cancelled meanwhile (on any instance): the cancel won, so the charge is undone.
                 raise Cancelled(job.task_id)
         log.info("task %s: %s", job.task_id, status)
@@ -247,8 +224,8 @@ class Tasks(Extension):
         # (this CreateTaskResult) commit together, before the layer answers; unkeyed, it
         # commits here. Either way the answer leaves only once tasks/get would find it.
         async with self.keys.transaction() as tx:
-            await take_turn(tx, task_id)  # held to the end of the transaction: the work waits for it
-            await execute(tx, INSERT, task_id, self.owner(), created, created)
+            await tx.lock(task_id)  # held to the end of the transaction: the work waits for it
+            await tx.execute(INSERT, task_id, self.owner(), created, created)
         self._jobs.send_nowait(Job(task_id, ctx, call_next))
         log.info("task %s: created for %s", task_id, ctx.params["name"])
         return {  # the SDK stamps the server's info on it, as on any handler's result
@@ -293,7 +270,7 @@ class Tasks(Extension):
     async def get(self, task_id: str) -> dict[str, Any]:
         """tasks/get: a pure read, the task's state, with its result or error once it has finished."""
         async with self.keys.transaction() as tx:
-            row = await fetch(tx, READ, task_id, self.owner())
+            row = await tx.fetchone(READ, task_id, self.owner())
         if row is None:
             raise unknown_task(task_id)
         status, created, updated, outcome = row
@@ -312,8 +289,8 @@ class Tasks(Extension):
         """tasks/cancel: acknowledged; a working task becomes cancelled, and its charge, if under way, rolls back.
         A finished task stays as it finished: the first of its finish and a cancel wins."""
         async with self.keys.transaction() as tx:
-            cancelled = await execute(tx, CANCEL, now(), task_id, self.owner())
-            if not cancelled and await fetch(tx, READ, task_id, self.owner()) is None:
+            cancelled = await tx.execute(CANCEL, now(), task_id, self.owner())
+            if not cancelled and await tx.fetchone(READ, task_id, self.owner()) is None:
                 raise unknown_task(task_id)
         log.info("task %s: cancel %s", task_id, "took effect" if cancelled else "acknowledged, it had finished")
         return self.stamped({"resultType": "complete"})

@@ -54,7 +54,7 @@ from .probe import why_the_key_is_hidden
 from .rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE, Placement
 from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won, checked_url, open_store
 
-__all__ = ["Idempotency", "Outcome", "Principal", "one_tenant", "rejection", "token_principal"]
+__all__ = ["Idempotency", "Outcome", "Principal", "as_mapping", "one_tenant", "rejection", "token_principal"]
 
 log = logging.getLogger("idempotency")
 
