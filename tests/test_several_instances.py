@@ -40,6 +40,12 @@ INSTANCES = 4
 KEYS = 1000
 IN_FLIGHT = 64  # requests in flight at most: half as many keys, each sent to two instances
 REPLY_TIMEOUT = 60  # seconds; 2,000 requests share two cores with four servers
+# P9': every key here is one principal's, so the load keeps its share above its keys. At
+# the share's very edge, the second of two claims racing for the last key may be told
+# "full" instead of "in progress" (both "retry later", P5'): the claim function counts
+# the share before it sees the key its twin has just taken. That is the share's test's
+# business (test_share.py), not this one's, which is that each key runs once.
+SHARE = 2 * KEYS
 
 
 # ----------------------------------------------------------------------------
@@ -247,7 +253,7 @@ async def test_instance_starts_on_postgresql_while_a_frozen_peer_holds_the_ledge
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_each_key_sent_to_two_instances_at_once_charges_once_in_the_shared_ledger(store_url, capsys):
-    with instances(*[("--store", store_url)] * INSTANCES) as wires:
+    with instances(*[("--store", store_url, "--max-records-per-principal", str(SHARE))] * INSTANCES) as wires:
         began = time.monotonic()
         answers = each_key_sent_to_two_instances_at_once(wires, KEYS)
         elapsed = time.monotonic() - began
