@@ -1,7 +1,7 @@
 """SEP-3182 request idempotency in dispatch, on a FastMCP stdio server (mcp 1.x).
 
 Read it beside the SEP: the ledger and its tools, which know nothing of idempotency; then the dispatch layer in
-the SEP's order (key, fingerprint, claim, conflict, in progress, lease, replay, what is kept, retention, bound),
+the SEP's order (key, fingerprint, claim, conflict, in progress, replay, deadline, what is kept, retention, bound),
 and the capability. S2 (a rule of the SEP, which numbers nothing) and P4 (our position where it is silent) are
 this project's ids, from tests/CONFORMANCE.md.
 """
@@ -63,7 +63,7 @@ def get_balance() -> dict[str, int]:
 MAX_KEY_LENGTH = 255  # P2: Stripe's limit; a UUID with any prefix a client adds fits
 retention = 24 * 60 * 60.0  # P8, --retention: Stripe's window, longer than any client's retry loop
 max_records = 10_000  # P9, --max-records: a flood of new keys costs at most this many records
-lease = 30.0  # P8', --lease: a run holds its key this long, so it must outlast any tool (the 2.x default)
+deadline = 600.0  # P18', --deadline: a run that outlasts it is ended and recorded as failed (a hung tool)
 clock = time.monotonic  # P8: tests move a fake clock instead of sleeping
 
 # P5: the SEP names no error code (S3a); -32602 is the seed prototype's. It cannot tell "retry shortly" from "never",
@@ -88,7 +88,7 @@ class Record(NamedTuple):
     """What the server keeps of one key: the request's fingerprint and, once it ran, its outcome."""
     fingerprint: bytes
     outcome: Outcome | None  # None: still running
-    expires_at: float  # running: its lease's end (P8'); completed: its window's end, from the completion (P8)
+    expires_at: float  # running: never (P18'); completed: its window's end, from the completion (P8)
 
 # (scope, key) -> Record: running ones, and completed ones in completion order: one window, so expiry order.
 _dedup_store: dict[tuple[str, str], Record] = {}
@@ -128,7 +128,7 @@ def forget_expired() -> None:
     now, expired = clock(), []
     for scoped_key, record in _dedup_store.items():
         if record.outcome is None:
-            continue  # still running: it has no window yet; its lease only lets the same request take over (P8')
+            continue  # still running: it has no window yet
         if record.expires_at > now:
             break  # completed records come in expiry order: every later one is younger
         expired.append(scoped_key)
@@ -136,21 +136,15 @@ def forget_expired() -> None:
         del _dedup_store[scoped_key]
 
 def claim(scoped_key: tuple[str, str], fingerprint: bytes, tool: str) -> None:
-    """S0, P4, P8': record the key as running, with its request's fingerprint and lease, before the tool starts."""
+    """S0, P4: record the key as running, with its request's fingerprint, before the tool starts."""
     if scoped_key not in _dedup_store and len(_dedup_store) >= max_records:  # R6, P9: refuse, never run unguarded
         log.debug("store full: key=%r", scoped_key[1])
         raise rejection("idempotency_store_full", scoped_key[1])
-    _dedup_store[scoped_key] = Record(fingerprint, None, clock() + lease)
+    _dedup_store[scoped_key] = Record(fingerprint, None, math.inf)
     log.debug("claimed: key=%r tool=%s", scoped_key[1], tool)
 
 def record(scoped_key: tuple[str, str], fingerprint: bytes, outcome: Outcome) -> None:
-    """S2, P6', P8, P8': keep the outcome for replay and open its window; or, for -32042, release the key."""
-    claimed = _dedup_store.get(scoped_key)
-    if claimed is None or claimed.outcome is not None or claimed.fingerprint != fingerprint:
-        # P8': of two runs of one request (past its lease, and the takeover) the first to complete is kept; the
-        # later one's caller gets its own outcome, unrecorded, its side effect not undone (no 2.x transaction here).
-        log.debug("not recorded: key=%r, another run completed first", scoped_key[1])
-        return
+    """S2, P6', P8: keep the outcome for replay and open its window; or, for -32042, release the key."""
     del _dedup_store[scoped_key]  # released, or in again at the back: completion order is expiry order
     if isinstance(outcome, types.ErrorData) and outcome.code == URL_ELICITATION_REQUIRED:
         # P6': this outcome asks for the same request again once the user is done in the
@@ -161,12 +155,17 @@ def record(scoped_key: tuple[str, str], fingerprint: bytes, outcome: Outcome) ->
     log.debug("recorded: key=%r", scoped_key[1])
 
 async def run_once(scoped_key: tuple[str, str], fingerprint: bytes, request: types.CallToolRequest) -> Outcome:
-    """S0, P6', P7: claim the key, run the tool to completion whatever the client does, keep the outcome."""
+    """S0, P6', P7, P18': claim the key, run the tool to completion or its deadline, keep the outcome."""
     claim(scoped_key, fingerprint, request.params.name)
     # P7: a cancel or a vanished client must not stop a keyed run half way (a key left running, a charge unrecorded).
     with anyio.CancelScope(shield=True):
         try:  # P6': what FastMCP's tools/call handler produced: a result (isError too) or a JSON-RPC error
-            outcome = await call_tool(request)
+            with anyio.fail_after(deadline):  # P18': the run is this process's, so only its own deadline ends it
+                outcome = await call_tool(request)
+        except TimeoutError:  # recorded, so the key answers this for its window and never runs the tool again
+            log.warning("deadline passed: key=%r, the run was stopped", scoped_key[1])
+            outcome = types.ErrorData(code=-32603, message=f"the tool did not finish in {deadline:g} s and was "
+                                      "stopped; whether its effect happened is unknown: check, then use a new key")
         except McpError as error:
             outcome = error.error
         except Exception:  # P6': kept as an internal error, so the key never stays running
@@ -189,11 +188,9 @@ async def idempotent_call_tool(request: types.CallToolRequest) -> Outcome:
     if found.fingerprint != requested:  # S3; P4: checked first, so a conflict even while the original runs
         log.debug("conflict: key=%r tool=%s", key, request.params.name)
         raise rejection("idempotency_key_conflict", key)
-    if found.outcome is None and clock() < found.expires_at:  # S1: a second run is refused at once, never queued
+    if found.outcome is None:  # S1, P18': a second run is refused at once, never queued, and never takes over
         log.debug("in progress: key=%r", key)
         raise rejection("idempotency_key_in_progress", key)
-    if found.outcome is None:  # P8': past its lease (a hung tool), the key is the same request's to run again
-        return await run_once(scoped_key, requested, request)  # a hung key traded for a possible second run
     log.debug("replayed: key=%r", key)  # S2: the original outcome, success or error, as it was
     return found.outcome
 
@@ -226,24 +223,25 @@ async def serve() -> None:
 
 def main() -> None:
     """Check the SDK, read the options, serve on stdio."""
-    global retention, max_records, charge_delay, lease
+    global retention, max_records, charge_delay, deadline
     if not sdk_keeps_the_key():
         sys.exit(f"mcp {version('mcp')} does not keep idempotencyKey in tools/call params, so nothing would be "
                  "deduplicated; install the 1.x SDK this demo pins: pip install -r requirements.txt")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--retention", type=float, default=retention, help="P8: seconds a key is kept (24 h)")
     parser.add_argument("--max-records", type=int, default=max_records, help="P9: records at most (10,000)")
-    parser.add_argument("--lease", type=float, default=lease, help="P8': seconds a run holds its key (30)")
+    parser.add_argument("--deadline", type=float, default=deadline, help="P18': seconds a keyed run may take (600)")
     parser.add_argument("--charge-delay", type=float, default=0.0, help="seconds a charge takes (0)")
     parser.add_argument("--verbose", action="store_true", help="log each idempotency decision on stderr")
     args = parser.parse_args()
-    if not (0 < args.retention < math.inf and 0 < args.lease < math.inf and args.max_records > 0
+    if not (0 < args.retention < math.inf and 0 < args.deadline < math.inf and args.max_records > 0
             and 0 <= args.charge_delay < math.inf):
-        parser.error("--retention, --lease, --max-records must be above 0 (0 voids the guarantee), --charge-delay >= 0")
-    retention, max_records, charge_delay, lease = args.retention, args.max_records, args.charge_delay, args.lease
+        parser.error("--retention, --deadline, --max-records must be above 0 (0 voids the guarantee), "
+                     "--charge-delay >= 0")
+    retention, max_records, charge_delay, deadline = args.retention, args.max_records, args.charge_delay, args.deadline
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s", force=True)
     log.setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    log.info("serving: retention %gs, lease %gs, at most %d records", retention, lease, max_records)
+    log.info("serving: retention %gs, deadline %gs, at most %d records", retention, deadline, max_records)
     anyio.run(serve)
 
 if __name__ == "__main__":

@@ -38,9 +38,11 @@ VARIANTS = {
     "slow-": ["--charge-delay", "2"],
     "short-retention-": ["--retention", "1"],
     "bounded-": ["--max-records", "3"],
-    # a charge that outlasts its one-second lease by two seconds (kit.py's --short-lease default)
-    "short-lease-": ["--lease", "1", "--charge-delay", "3"],
+    # a charge that outlasts its one-second lease by two seconds (kit.py's --short-lease default); the lease
+    # is the 2.x servers' alone (SHORT_LEASE, with_store): one process has none, its run is never taken over
+    "short-lease-": ["--charge-delay", "3"],
 }
+SHORT_LEASE = ["--lease", "1"]
 READY_SECONDS = 20
 META = ["--placement", "meta"]  # P26 on the server's command line, and the same on the kit's
 # P25: the 2.x ledger server's tool that asks the user to confirm before it charges (2026-07-28).
@@ -131,7 +133,7 @@ NO_DEDUPLICATION = {
     "store-bound",
     "malformed-input-survived",
     "capability-settings",
-    "running-record-bounded",
+    "live-run-never-taken-over",
 }
 STAND_INS = {
     "ignores-the-key": ("ignores_the_key.py", NO_DEDUPLICATION),
@@ -146,7 +148,7 @@ STAND_INS = {
             "equivalence-null-member",
             "large-integers-exact",
             "conflict-while-running",
-            "running-record-bounded",
+            "live-run-never-taken-over",
         },
     ),
     "queues-in-flight-duplicates": (
@@ -156,7 +158,7 @@ STAND_INS = {
     "drops-the-capability": ("drops_the_capability.py", {"capability-declared"}),
     "records-its-own-rejections": (
         "records_its_own_rejections.py",
-        {"conflict-leaves-the-record", "cancelled-call-runs-once", "running-record-bounded"},
+        {"conflict-leaves-the-record", "cancelled-call-runs-once", "live-run-never-taken-over"},
     ),
     "shares-keys-across-principals": (
         "shares_keys_across_principals.py",
@@ -189,7 +191,8 @@ STAND_INS = {
     "drops-retryable": ("drops_retryable.py", {"rejection-retryable"}),
     "advertises-a-longer-key-than-it-takes": ("advertises_a_longer_key_than_it_takes.py", {"capability-settings"}),
     "compares-integers-as-doubles": ("compares_integers_as_doubles.py", {"large-integers-exact"}),
-    "never-bounds-a-running-record": ("never_bounds_a_running_record.py", {"running-record-bounded"}),
+    # A live run taken over once its lease passes.
+    "never-renews-its-lease": ("never_renews_its_lease.py", {"live-run-never-taken-over"}),
     # Issue 26: one principal may fill the whole store.
     "bounds-only-the-whole-store": ("bounds_only_the_whole_store.py", {"share-per-principal"}),
     # Issue 24: a lost task handle, an input-required answer, the key's placement, a closed SSE stream.
@@ -234,17 +237,18 @@ ISSUE_25_CHECKS = [
     "sep-3182-rejection-retryable",
     "sep-3182-capability-settings",
     "sep-3182-large-integers-exact",
-    "sep-3182-running-record-bounded",
+    "sep-3182-live-run-never-taken-over",
 ]
 
 
 def with_store(command: list[str], folder: Path, variant: str, memory: bool) -> list[str]:
     """The 2.x servers and stand-ins get a store of their own per variant, each empty at first: a SQLite file, or
     the process's memory (a stand-in's rule is the layer's, whatever the store), but with --tasks, whose tasks
-    live in a SQL store."""
+    live in a SQL store; and the short-lease variant its lease."""
     if command[1:3] == SDK2_SERVER or "stand_ins" in command[1]:
         in_memory = memory and "--tasks" not in command
-        return [*command, "--store", "memory" if in_memory else f"sqlite:{folder / (variant or 'main')}.db"]
+        store = ["--store", "memory" if in_memory else f"sqlite:{folder / (variant or 'main')}.db"]
+        return [*command, *store, *(SHORT_LEASE if variant == "short-lease" else [])]
     return command
 
 

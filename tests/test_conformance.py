@@ -24,7 +24,7 @@ ROW_IDS = (
     + ["A1"]
     + [f"P{n}" for n in range(1, 25)]
     + ["P26"]
-    + ["P5'", "P6'", "P8'", "P9'", "P10'", "P10''", "P11'", "P12'"]
+    + ["P5'", "P6'", "P8'", "P9'", "P10'", "P10''", "P11'", "P12'", "P18'"]
 )
 TEST_REFERENCE = re.compile(r"`(test_\w+\.py)::(test_\w+)`")
 OTHER_CHECK = re.compile(r"`(interop/[\w.]+)`")

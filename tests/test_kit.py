@@ -246,6 +246,17 @@ def test_kit_retention_and_bound_rows_pass_on_every_target(target):
     assert all("unshaped" not in entry["details"] for entry in results), output
 
 
+@pytest.mark.targets("1x-stdio", "2x-stdio", "2x-http")  # and the TypeScript server, which is no target
+@pytest.mark.parametrize("server", ["1x-stdio", "2x-stdio", "2x-http", "ts-stdio"])
+def test_a_charge_three_times_slower_than_its_lease_is_never_taken_over_on_any_server(server):
+    """P18': retried every half second past its lease, the charge is refused as in progress at once until it
+    completes, replays then, and charged once: the 2.x server renews its lease; one process has none."""
+    check = "sep-3182-live-run-never-taken-over"
+    results, output = kit_targets.run_kit(server, [check])
+    assert [(entry["id"], entry["status"]) for entry in results] == [(check, "SUCCESS")], output
+    assert max(results[0]["details"]["in progress at"]) > 2, output  # twice the lease and more
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", [name for name in kit_targets.TARGETS if name not in kit_targets.STAND_INS])

@@ -102,7 +102,6 @@ async def test_store_keeps_only_the_records_inside_the_window(dedup):
 async def test_running_record_is_not_dropped_when_a_window_would_have_passed(dedup, monkeypatch):
     """A call still charging keeps its record: a window opens only at its completion (P8)."""
     monkeypatch.setattr(dedup, "charge_delay", HOLD)
-    monkeypatch.setattr(dedup, "lease", dedup.retention * 2)  # the lease, not the window, bounds a run (P8')
     async with in_process_session(dedup) as session, anyio.create_task_group() as calls:
         calls.start_soon(charge_with_key, session, "order-1")
         await claimed(dedup, "order-1")
@@ -111,30 +110,47 @@ async def test_running_record_is_not_dropped_when_a_window_would_have_passed(ded
     assert dedup.ledger == {"balance": 100, "charges": 1}
 
 
-LEASE, SLOW = 1.5, 4.0  # P8': a lease the slow charge outlasts
+SLOW, RETRY_EVERY = 3.0, 0.5  # P18': a charge slower than any lease a shared store would give it
 
 
 @pytest.mark.targets("1x-stdio")
-def test_running_record_past_its_lease_is_taken_over_by_the_same_request(spawn):
-    """P8': a run that outlasts its lease (a hung tool) holds its key no longer against the same request,
-    which runs again; other arguments are still a conflict. The first run to complete is what is replayed;
-    the later one's caller gets its own outcome, and its charge stands: the price of the bound."""
-    wire = spawn("--lease", str(LEASE), "--charge-delay", str(SLOW))
+def test_a_slow_run_is_never_taken_over_and_every_retry_is_in_progress_at_once_until_the_replay(spawn):
+    """P18': the run is this process's own, alive for as long as the process is: a retry, however late,
+    is refused at once as in progress, other arguments are a conflict, and the charge is made once."""
+    wire = spawn("--charge-delay", str(SLOW))
     original = wire.send_call("charge_guarded", {"amount": 100}, "order-1")
     wire.wait_for_log("claimed: key='order-1'")
-    claimed_at = time.monotonic()
-    assert error_type(wire.charge(100, key="order-1")) == IN_PROGRESS  # inside its lease (S1)
+    retries = 0
+    while not wire.answered(original):
+        began = time.monotonic()
+        answer = wire.charge(100, key="order-1")
+        if "result" in answer:  # sent as the original completed: its replay
+            break
+        assert error_type(answer) == IN_PROGRESS and time.monotonic() - began < RETRY_EVERY, answer
+        retries += 1
+        time.sleep(RETRY_EVERY)
+    assert retries >= SLOW / RETRY_EVERY - 2  # retried all along the run, well past any lease
+    assert error_type(wire.charge(200, key="order-1")) == CONFLICT
+    assert text_of(wire.reply(original)) == "Charged 100. New balance: 100"
+    assert text_of(wire.charge(100, key="order-1")) == "Charged 100. New balance: 100"  # the replay
+    assert wire.log().count("claimed: key='order-1'") == 1
+    assert wire.ledger() == {"balance": 100, "charges": 1}
 
-    time.sleep(max(0.0, claimed_at + LEASE + 0.2 - time.monotonic()))
-    assert error_type(wire.charge(200, key="order-1")) == CONFLICT  # past it, other arguments still conflict
-    takeover = wire.send_call("charge_guarded", {"amount": 100}, "order-1")  # the same request: it runs again
 
-    assert text_of(wire.reply(original)) == "Charged 100. New balance: 100"  # completes first: recorded
-    assert text_of(wire.reply(takeover)) == "Charged 100. New balance: 200"  # its own outcome, not recorded
-    assert wire.log().count("claimed: key='order-1'") == 2
-    assert "not recorded: key='order-1', another run completed first" in wire.log()
-    assert text_of(wire.charge(100, key="order-1")) == "Charged 100. New balance: 100"  # the first one's replay
-    assert wire.ledger() == {"balance": 200, "charges": 2}  # the second run's charge is not undone
+@pytest.mark.targets("1x-stdio")
+def test_a_run_past_its_deadline_is_stopped_and_its_failure_is_what_the_key_replays(spawn):
+    """P18': what bounds a hung tool in server.py is its deadline: the run is stopped, and that outcome is
+    recorded, so the key never runs the tool a second time; its caller and every retry learn it failed."""
+    wire = spawn("--deadline", "1", "--charge-delay", str(SLOW))
+    original = wire.send_call("charge_guarded", {"amount": 100}, "order-1")
+    wire.wait_for_log("claimed: key='order-1'")
+    assert error_type(wire.charge(100, key="order-1")) == IN_PROGRESS  # within its deadline (S1)
+    stopped = wire.reply(original)["error"]
+    assert stopped["code"] == -32603 and "did not finish in 1 s and was stopped" in stopped["message"]
+    assert wire.charge(100, key="order-1")["error"] == stopped  # replayed: the tool is not run again
+    assert "deadline passed: key='order-1'" in wire.log()
+    assert wire.log().count("claimed: key='order-1'") == 1
+    assert wire.ledger() == {"balance": 0, "charges": 0}  # stopped before the charge was applied
 
 
 @pytest.mark.targets("1x-stdio")

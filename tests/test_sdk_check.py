@@ -294,9 +294,10 @@ BAD_OPTIONS = [
     pytest.param(("--retention", "-1"), id="retention-negative"),
     pytest.param(("--max-records", "0"), id="max-records-0"),
     pytest.param(("--charge-delay", "-1"), id="charge-delay-negative"),
-    pytest.param(("--lease", "0"), id="lease-0"),
-    pytest.param(("--lease", "nan"), id="lease-nan"),
 ]
+# P18': what ends a run: server.py's deadline (one process: never a takeover); the 2.x server's lease
+DEADLINE = [pytest.param(("--deadline", "0"), id="deadline-0"), pytest.param(("--deadline", "nan"), id="deadline-nan")]
+LEASE = [pytest.param(("--lease", "0"), id="lease-0"), pytest.param(("--lease", "nan"), id="lease-nan")]
 
 
 def refused_option(python: str, *server: str, options: tuple[str, ...]) -> None:
@@ -307,13 +308,13 @@ def refused_option(python: str, *server: str, options: tuple[str, ...]) -> None:
 
 
 @pytest.mark.targets("1x-stdio")
-@pytest.mark.parametrize("options", BAD_OPTIONS)
+@pytest.mark.parametrize("options", BAD_OPTIONS + DEADLINE)
 def test_server_refuses_a_window_or_bound_that_is_not_positive(options):
     refused_option(sys.executable, "server.py", options=options)
 
 
 @pytest.mark.targets("2x-stdio", "2x-http")
-@pytest.mark.parametrize("options", BAD_OPTIONS)
+@pytest.mark.parametrize("options", BAD_OPTIONS + LEASE)
 def test_sdk2_server_refuses_a_window_or_bound_that_is_not_positive(options):
     refused_option(sdk2_python(), *SDK2_SERVER, options=options)
 

@@ -116,7 +116,7 @@ def test_a_full_disk_is_never_recorded_as_an_outcome_and_every_key_charges_once_
 
 
 # ----------------------------------------------------------------------------
-# Quick: a tool slower than its lease, retried all along, completes once
+# Quick: a tool slower than its lease, retried all along, runs once
 # ----------------------------------------------------------------------------
 
 SLOW_LEASE = 2.0  # seconds
@@ -126,7 +126,9 @@ RETRIES = 8  # at most: a livelock is caught after ten seconds
 
 
 def test_a_tool_that_takes_one_and_a_half_leases_retried_every_six_tenths_completes_exactly_once(store_url):
-    """P18, issue 16 finding 3: each takeover fenced the run before it, so the tool never completed."""
+    """P18': the holder renews its lease while the tool runs, so no retry takes the key over: each is in
+    progress until the original completes, and the tool runs once. (Issue 16, finding 3, before renewal:
+    each takeover fenced the run before it, so the tool never completed.)"""
     wire = start("2x-http", "--store", store_url, "--lease", str(SLOW_LEASE), "--charge-delay", str(SLOW_TOOL))
     try:
         sent = [wire.send_call("charge_guarded", {"amount": 100}, key="slow")]
@@ -140,12 +142,12 @@ def test_a_tool_that_takes_one_and_a_half_leases_retried_every_six_tenths_comple
 
         results = [answer["result"] for answer in answers if "result" in answer]
         assert results, f"no retry of {len(sent)} ever got the outcome: {[error_type(a) for a in answers]}"
-        # The original completes first, after 1.5 leases, though a retry took its key over
-        # after 1.2: the first completion wins, and its caller gets it.
         assert "result" in answers[0], f"the original was fenced off: {answers[0]}"
         assert all(result == results[0] for result in results)
         assert all(error_type(answer) == IN_PROGRESS for answer in answers if "result" not in answer)
-        assert decisions(wire)["recorded", "slow"] == 1
+        seen = decisions(wire)
+        assert (seen["claimed", "slow"], seen["recorded", "slow"]) == (1, 1), "a retry took the live run over"
+        assert len(sent) > 3, "no retry was sent past the lease"
         assert audit(store_url) == ({"slow": (100, 100)}, set())
     finally:
         wire.close()

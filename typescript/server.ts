@@ -3,7 +3,7 @@
 // TypeScript, strict; `npm run build` compiles it to dist/server.js (README.md says why tsc).
 //
 //   node typescript/dist/server.js [--transport stdio|http] [--host 127.0.0.1] [--port 8000] [--retention S]
-//                                  [--lease S] [--max-records N] [--charge-delay S] [--placement params|meta]
+//                                  [--max-records N] [--charge-delay S] [--placement params|meta]
 //                                  [--allow-unauthenticated] [--verbose]
 //
 // Read it top to bottom, in the order of the SEP:
@@ -39,7 +39,6 @@ import { z } from "zod";
 // ----------------------------------------------------------------------------
 
 const RETENTION_SECONDS = 24 * 60 * 60; // P8: the Python servers' default window
-const LEASE_SECONDS = 30; // P8', P18: as the Python servers: longer than any tool here may run
 const MAX_RECORDS = 10_000; // P9: the Python servers' default bound
 
 interface Settings {
@@ -47,7 +46,6 @@ interface Settings {
   host: string;
   port: number;
   retention: number; // seconds
-  lease: number; // seconds a running record holds its key before the same request may take it over
   maxRecords: number;
   chargeDelay: number; // seconds
   placement: Placement;
@@ -81,7 +79,6 @@ function settingsFrom(argv: string[]): Settings {
       host: { type: "string", default: "127.0.0.1" },
       port: { type: "string", default: "8000" },
       retention: { type: "string", default: String(RETENTION_SECONDS) },
-      lease: { type: "string", default: String(LEASE_SECONDS) },
       "max-records": { type: "string", default: String(MAX_RECORDS) },
       "charge-delay": { type: "string", default: "0" },
       placement: { type: "string", default: "params" },
@@ -104,7 +101,6 @@ function settingsFrom(argv: string[]): Settings {
     host: values.host,
     port: number("port", values.port, { min: 0 }),
     retention: number("retention", values.retention, { above: 0 }),
-    lease: number("lease", values.lease, { above: 0 }),
     maxRecords,
     chargeDelay: number("charge-delay", values["charge-delay"], { min: 0 }),
     placement: values.placement,
@@ -264,11 +260,11 @@ function rejection(type: RejectionType, key?: string, detail?: string) {
 interface StoredRecord {
   fingerprint: string; // P3: of the request that claimed the key
   outcome: string | null; // the response without jsonrpc and id, as JSON text; null while running
-  expiresAt: number; // seconds since the epoch: running, the lease's end (P8'); completed, the window's (P8)
+  expiresAt: number; // seconds since the epoch: running, never (P18'); completed, the window's end (P8)
 }
 const records = new Map<string, StoredRecord>();
 
-/** P8: drop completed records whose window has passed; a running one is taken over, never dropped. */
+/** P8: drop completed records whose window has passed; a running one is never dropped. */
 function dropExpired(now: number): void {
   for (const [key, record] of records) {
     if (record.outcome !== null && record.expiresAt <= now) records.delete(key);
@@ -388,20 +384,18 @@ class Idempotent<Inner extends Transport> implements Transport {
         log(`store full: key=${pythonRepr(key)}`);
         return this.reject(message, "idempotency_store_full", key);
       }
-      records.set(key, { fingerprint: print, outcome: null, expiresAt: now + settings.lease }); // P4.1: claimed with its fingerprint
+      records.set(key, { fingerprint: print, outcome: null, expiresAt: Infinity }); // P4.1: claimed with its fingerprint
       return this.run(message, key, params.name, extra);
     }
     if (held.fingerprint !== print) { // P4.2: checked first, so a mismatch is a conflict even mid-run
       log(`conflict: key=${pythonRepr(key)} tool=${params.name}`);
       return this.reject(message, "idempotency_key_conflict", key);
     }
-    if (held.outcome === null && held.expiresAt > now) { // P4.3 (S1): reject at once, never wait
+    // P4.3 (S1): reject at once, never wait. P18': the run is this process's, alive as long as it is, so
+    // it is never taken over; a tool that hangs holds its key until the process ends (its records with it).
+    if (held.outcome === null) {
       log(`in progress: key=${pythonRepr(key)}`);
       return this.reject(message, "idempotency_key_in_progress", key);
-    }
-    if (held.outcome === null) { // P8': its lease passed (a tool that hangs): the same request takes the key over
-      held.expiresAt = now + settings.lease;
-      return this.run(message, key, params.name, extra);
     }
     log(`replayed: key=${pythonRepr(key)}`); // P4.4 (S2): the recorded outcome; the tool does not run
     const outcome = JSON.parse(held.outcome) as Outcome; // as record() stored it
@@ -420,14 +414,9 @@ class Idempotent<Inner extends Transport> implements Transport {
   record(id: RequestId, message: Response): void {
     const key = this.running.get(id)!; // `running` holds only claimed keys, each with its record
     this.running.delete(id);
-    const held = records.get(key)!;
-    // P18: of two runs of a key whose lease passed, the first to complete is recorded; the
-    // later one's caller gets its own answer, and its effect is not undone (no transaction here).
-    if (held.outcome === null) {
-      const { jsonrpc: _, id: __, ...outcome } = message; // the same members in the same order, under any id
-      Object.assign(held, { outcome: JSON.stringify(outcome), expiresAt: Date.now() / 1000 + settings.retention });
-      log(`recorded: key=${pythonRepr(key)}`);
-    }
+    const { jsonrpc: _, id: __, ...outcome } = message; // the same members in the same order, under any id
+    Object.assign(records.get(key)!, { outcome: JSON.stringify(outcome), expiresAt: Date.now() / 1000 + settings.retention });
+    log(`recorded: key=${pythonRepr(key)}`);
     if (this.running.size === 0) this.settle();
   }
 

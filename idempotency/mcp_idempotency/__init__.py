@@ -15,4 +15,4 @@ and the rules load without the SDK):
     mcp_idempotency.auth      an OAuth 2.1 resource server's pieces, for records scoped by principal
 """
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"

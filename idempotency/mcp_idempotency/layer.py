@@ -14,7 +14,8 @@ lifespan, `keys.lifespan`, probes the SDK and keeps the store open while the ser
 Read it top to bottom, in the order of the SEP: read the key (P1, P2), fingerprint
 the request (P3), claim the key (P16), then conflict, in progress, replay (P4,
 P20), or run the tool and record its outcome in one unit of work with its side
-effect (P6', P7, P17, P18, P23). A tool whose effect lives in the same store joins
+effect (P6', P7, P17, P18, P23), the claim's lease renewed for as long as the
+tool runs, so a retry never takes over a live run (P18'). A tool whose effect lives in the same store joins
 that unit of work through `keys.transaction()`; one whose effect is elsewhere (an
 e-mail) needs nothing, with S4's caveat: a crash between the effect and the
 record lets the retry send it again.
@@ -23,8 +24,9 @@ The decisions a subclass may change, one method each: `key_of` (where and what a
 is), `fingerprint` (what makes two requests the same), `principal` (whose call it is,
 given to the constructor), `store_key` and `share_of` (how records are scoped and
 counted), `answer` (what a record that holds the key gives a retry), `never_kept`
-(which outcomes are not recorded), `run_scope` (what may stop a keyed run) and
-`advertised` (the capability). `intercept_tool_call` is the algorithm itself.
+(which outcomes are not recorded), `run_scope` (what may stop a keyed run),
+`keep_alive` (how the running claim's lease is renewed) and `advertised` (the
+capability). `intercept_tool_call` is the algorithm itself.
 
 Ids such as S1 (a rule of SEP-3182, as this project lists them) and P9 (a position
 it takes where the SEP is silent) are this project's: the SEP numbers nothing;
@@ -32,11 +34,12 @@ tests/CONFORMANCE.md lists both.
 """
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import mcp_types
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -211,6 +214,7 @@ class Idempotency(Extension):
         self.tables = tuple(tables)  # the tools' own schema statements, made as the store opens (open_store)
         self.placement = placement  # P26: it decides only where the key is read and the capability written
         self._store: Store | None = None
+        self._renewals: anyio.abc.TaskGroup | None = None  # P18': one task per running claim, while the server runs
         self.applied = False  # by an MCPServer, given extensions=[keys]
         self.shared_key_space_told = False  # said once: over HTTP without authorisation, one key space
 
@@ -227,12 +231,13 @@ class Idempotency(Extension):
         if refusal is not None:
             log.error("%s", refusal)
             raise RuntimeError(refusal)
-        async with open_store(self.store_url, self.limits, self.tables) as store:
-            self._store = store
+        async with open_store(self.store_url, self.limits, self.tables) as store, anyio.create_task_group() as renewals:
+            self._store, self._renewals = store, renewals
             try:
                 yield self
             finally:
-                self._store = None
+                renewals.cancel_scope.cancel()  # before the store closes under them
+                self._store = self._renewals = None
 
     @property
     def store(self) -> Store:
@@ -363,7 +368,7 @@ class Idempotency(Extension):
     ) -> dict[str, Any]:
         """P4.1, P6', P7, P17, P18, P23: run the tool to completion and record its outcome with its side effect."""
         log.debug("claimed: key=%r tool=%s", key, (ctx.params or {}).get("name"))
-        with self.run_scope():
+        with self.run_scope(), self.lease_kept(key, store_key, owner):
             try:
                 outcome, recorded_now = await self.run_and_record(ctx, call_next, key, store_key, fingerprint)
             except AsksAgain as asked:  # P6', P25: sent as it is, not recorded: the next leg claims the key
@@ -383,8 +388,9 @@ class Idempotency(Extension):
                 log.exception("released: key=%r, its outcome could not be recorded", key)
                 raise internal_error() from None
         if not recorded_now:
-            # P18: our lease passed, a retry took the key over and completed first, so
-            # our charge was rolled back; this caller is told to come back for the outcome.
+            # P18': this instance stopped renewing (frozen, cut off from the store), a retry took
+            # the key over and completed first, so our charge was rolled back; this caller
+            # is told to come back for the outcome.
             log.debug("lease lost: key=%r, its charge rolled back", key)
             raise rejection(IN_PROGRESS, key)
         log.debug("recorded: key=%r", key)
@@ -399,6 +405,34 @@ class Idempotency(Extension):
         # stream (2026-07-28 makes that a cancel) or a vanished client must not stop a
         # keyed execution half way: its retry would find the key released, or held.
         return anyio.CancelScope(shield=True)
+
+    @contextmanager
+    def lease_kept(self, key: str, store_key: str, owner: str) -> Iterator[None]:
+        """P18': while the tool runs, its claim's lease is renewed (`keep_alive`), and no longer once it ends."""
+        if self._renewals is None:
+            raise RuntimeError(NOT_OPEN)
+        renewal = anyio.CancelScope()
+        self._renewals.start_soon(self.keep_alive, key, store_key, owner, renewal)
+        try:
+            yield
+        finally:
+            renewal.cancel()
+
+    async def keep_alive(self, key: str, store_key: str, owner: str, renewal: anyio.CancelScope) -> None:
+        """P18': renew the claim every quarter lease until `renewal` is cancelled or the claim is no longer ours."""
+        # A live run is never taken over, however long its tool runs: only a holder that
+        # stopped renewing (killed, frozen, cut off from the store) loses its key, once a
+        # whole lease has passed. A quarter lease leaves room for a renewal that waited its
+        # longest (a third of the lease, Limits.wait) to fail and the next to succeed.
+        with renewal:
+            while True:
+                await anyio.sleep(self.limits.lease / 4)
+                try:
+                    if not await self.store.renew(store_key, owner):  # completed, taken over or forgotten
+                        log.debug("renewals end: key=%r is no longer held by this claim", key)
+                        return
+                except StoreUnavailable as error:
+                    log.warning("lease not renewed: key=%r (%s)", key, error)
 
     def never_kept(self, outcome: Outcome) -> bool:
         """P6', P25: is this an outcome that asks for the request again (-32042, input required), never recorded?"""

@@ -17,6 +17,8 @@ Every store answers what the dispatch layer asks:
                               one atomic step, or a takeover of a claim whose lease passed;
                               P9, P9': refused when the store, or this principal's share of
                               it, is full
+    renew(key, owner)         P18': the holder, alive, moves its lease on while the tool
+                              runs, so a retry is never let in on a live run
     release(key, owner)       P6': the key given back, so the retry runs the tool again
     forget(principal)         every record of one principal, running or completed, deleted
                               (an account closed, a data-protection request): how many
@@ -40,7 +42,8 @@ A store that fails (busy, locked, full, an I/O error, a lost connection) raises
 StoreUnavailable, and a unit of work that met one says so in `failure`: the dispatch
 layer then records nothing, gives the key back and tells the client to retry (P23).
 
-Every record is running (its deadline is the lease's end, P18) or completed (its
+Every record is running (its deadline is the lease's end, moved on by each renewal,
+P18') or completed (its
 deadline is the retention window's end, P8). A record past its deadline reads as
 absent, or as free to take over (`may_take` below says which); the bound (P9) is kept by a count, and expired
 records are purged only when the count reaches it. A principal's share (P9') counts its
@@ -119,7 +122,9 @@ def may_take(status: str, stored_fingerprint: bytes, deadline_passed: bool, fing
 # work that waited most of its lease would find its key taken over anyway (P18);
 # failing sooner gives the key back while the client still retries.
 LONGEST_WAIT = 10.0
-LEASE_SECONDS = 30.0  # P18: longer than any tool here may run, short enough for a retry to wait out
+# P18': how long a holder that stopped renewing (killed, frozen, cut off) keeps its key;
+# a live one renews every third of it, however long its tool runs.
+LEASE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,7 @@ class Limits:
     takes (P2), which it advertises beside the window (P11')."""
 
     retention: float = RETENTION_SECONDS  # seconds a completed record is replayed
-    lease: float = LEASE_SECONDS  # seconds a claim is held before a retry with the same fingerprint may take over
+    lease: float = LEASE_SECONDS  # seconds a holder that stopped renewing keeps its claim from a takeover (P18')
     max_records: int = MAX_RECORDS  # live records at most, running or completed
     max_records_per_principal: int = MAX_RECORDS_PER_PRINCIPAL  # P9': one principal's records whose deadline is ahead
     max_key_length: int = MAX_KEY_LENGTH  # P2: characters in a key at most; the store holds whatever it is given
@@ -310,6 +315,11 @@ class Store(ABC):
     @abstractmethod
     async def release(self, key: str, owner: str) -> None:
         """P6': give the key back (drop its running record) if `owner` still holds it, so a retry runs anew."""
+
+    @abstractmethod
+    async def renew(self, key: str, owner: str) -> bool:
+        """P18': move the lease of `owner`'s running claim on by a whole lease; False if it is no longer
+        theirs (taken over, given back, forgotten, or completed)."""
 
     @abstractmethod
     async def forget(self, principal: str) -> int:

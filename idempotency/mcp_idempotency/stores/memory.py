@@ -96,6 +96,13 @@ class MemoryStore(Store):
         if record is not None and record.status == "running" and record.owner == owner:
             self.drop(key)
 
+    async def renew(self, key: str, owner: str) -> bool:
+        record = self.records.get(key)
+        if record is None or record.status != "running" or record.owner != owner:
+            return False
+        record.deadline = self.clock() + self.limits.lease
+        return True
+
     async def forget(self, principal: str) -> int:
         keys = self.keys_of.pop(principal, set())
         for key in keys:

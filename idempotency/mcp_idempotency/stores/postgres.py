@@ -68,6 +68,12 @@ WITH released AS (DELETE FROM idempotency_records WHERE key = $1 AND status = 'r
 UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM released)
 """
 
+# P18': the holder, alive, moves its lease on; a claim taken over or given back is no longer its own.
+RENEW = """
+UPDATE idempotency_records SET deadline = clock_timestamp() + make_interval(secs => $3)
+WHERE key = $1 AND status = 'running' AND owner = $2
+"""
+
 # Every record of one principal; P9: the count follows.
 FORGET = """
 WITH forgotten AS (DELETE FROM idempotency_records WHERE principal = $1 RETURNING 1)
@@ -247,6 +253,14 @@ class PostgresStore(Store):
                 await db.execute(RELEASE, key, owner)
         except STORE_FAILURES as error:
             raise failed(error) from error
+
+    async def renew(self, key: str, owner: str) -> bool:
+        try:
+            async with self.connection() as db:
+                renewed: str = await db.execute(RENEW, key, owner, self.limits.lease)
+        except STORE_FAILURES as error:
+            raise failed(error) from error
+        return renewed == "UPDATE 1"
 
     async def forget(self, principal: str) -> int:
         try:

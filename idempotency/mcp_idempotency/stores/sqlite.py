@@ -107,6 +107,8 @@ DELETE FROM idempotency_records WHERE key IN (
 # P6': only the claim's holder gives it back.
 RELEASE = "DELETE FROM idempotency_records WHERE key = ? AND status = 'running' AND owner = ?"
 FORGET = "DELETE FROM idempotency_records WHERE principal = ?"
+# P18': the holder, alive, moves its lease on; a claim taken over or given back is no longer its own.
+RENEW = "UPDATE idempotency_records SET deadline = ? WHERE key = ? AND status = 'running' AND owner = ?"
 
 # P17, P18: the first completion of a running key for this request wins; any other is fenced off.
 COMPLETE = """
@@ -258,10 +260,15 @@ class SQLiteStore(Store):
         # writer that waits here holds no worker thread.
         self.writer = connect(path, limits.wait, synchronous="FULL")
         self.turn = anyio.Lock()
+        # P18': renewals have a connection of their own, so a unit of work never queues
+        # behind one; a renewal lost to a crash needs no sync, the holder died with it.
+        self.renewer = connect(path, limits.wait, synchronous="NORMAL")
+        self.renewing = anyio.Lock()
 
     async def close(self) -> None:
         self.on_loop.close()
         self.writer.close()
+        self.renewer.close()
 
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         try:
@@ -319,6 +326,18 @@ class SQLiteStore(Store):
 
     async def forget(self, principal: str) -> int:
         return await self.deleted(FORGET, (principal,))
+
+    async def renew(self, key: str, owner: str) -> bool:
+        # It fails after `limits.wait` if a writer holds the file: if that writer is this
+        # process's own unit of work, no other process can take the key over meanwhile either.
+        def extend(db: sqlite3.Connection) -> bool:
+            return db.execute(RENEW, (self.clock() + self.limits.lease, key, owner)).rowcount == 1
+
+        try:
+            async with self.renewing:
+                return await anyio.to_thread.run_sync(extend, self.renewer)
+        except sqlite3.Error as error:
+            raise failed(error) from error
 
     async def deleted(self, statement: str, parameters: tuple[str, ...]) -> int:
         """P9: one DELETE and the count kept in step with it, in one write transaction; how many rows went."""
