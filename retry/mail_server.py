@@ -3,7 +3,10 @@
 retry/scenarios.py runs the same retry policy against this server and against
 the package's ledger server, and tries here each other place a key could go. The tools:
 
-    send_email   its input schema forbids extra properties (additionalProperties: false)
+    send_email   its input schema forbids extra properties (additionalProperties: false); with
+                 --provider, it sends through that mail API (mail_provider.py), forwarding
+                 the layer's downstream key as the Idempotency-Key header (P27), unless
+                 --no-forwarding, to show what the key saves
     send_sms     deduplicates on an argument of its own, `idempotency_key`
     notify       annotated idempotentHint: true, yet every call notifies again
     outbox       the ground truth: how many e-mails, texts and notifications went out
@@ -16,11 +19,14 @@ Every log line goes to stderr: on stdio, stdout is the protocol.
 """
 
 import argparse
+import json
 import logging
 import sys
+import urllib.request
 from collections import Counter
 
 import anyio
+import anyio.to_thread
 import mcp_types
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools.base import Tool
@@ -37,7 +43,11 @@ sms_by_key: dict[str, str] = {}  # send_sms's own deduplication: its key argumen
 def parse_args() -> argparse.Namespace:
     """The command line: the store and the windows of the layer, and the relay's delay."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--store", default=STORE, metavar="URL", help=f"memory or sqlite:PATH (default: {STORE})")
+    parser.add_argument(
+        "--store", default=STORE, metavar="URL", help=f"memory, sqlite:PATH or postgresql://... (default: {STORE})"
+    )
+    parser.add_argument("--provider", metavar="URL", help="send e-mails through this mail API (default: count here)")
+    parser.add_argument("--no-forwarding", action="store_true", help="send no Idempotency-Key to the provider")
     options.add_common_options(parser)
     return parser.parse_args()
 
@@ -52,14 +62,30 @@ def strict(tool: Tool) -> Tool:
     return tool
 
 
-def outbox_server(keys: Idempotency, relay_delay: float) -> MCPServer:
+def through_provider(provider: str, message: dict[str, str], key: str | None) -> int:
+    """POST one e-mail to the mail API, under `key` if there is one; the number it gave the e-mail."""
+    headers = {"Content-Type": "application/json", **({"Idempotency-Key": key} if key else {})}
+    request = urllib.request.Request(provider, json.dumps(message).encode(), headers, method="POST")
+    with urllib.request.urlopen(request, timeout=30) as answer:  # a 409 or a 422 raises: the tool's error
+        number: int = json.load(answer)["id"]
+    return number
+
+
+def outbox_server(keys: Idempotency, relay_delay: float, provider: str | None, forward: bool) -> MCPServer:
     """The outbox's tools on an MCPServer, with `keys` as its idempotency layer."""
 
     async def send_email(to: str, subject: str, body: str) -> str:
         """Send an e-mail."""
         await anyio.sleep(relay_delay)  # a slow mail relay, to catch a call in flight
-        sent["email"] += 1
-        return f"E-mail {sent['email']} sent to {to}: {subject}"
+        if provider is None:
+            sent["email"] += 1
+            return f"E-mail {sent['email']} sent to {to}: {subject}"
+        # P27: the same key on every retry of this call, on every instance: a send repeated
+        # by a takeover (its first holder died or froze after sending) is the API's to drop.
+        key = keys.downstream_key() if forward else None
+        message = {"to": to, "subject": subject, "body": body}
+        number = await anyio.to_thread.run_sync(through_provider, provider, message, key)
+        return f"E-mail {number} sent to {to}: {subject}"
 
     mcp = MCPServer(
         "outbox",
@@ -105,7 +131,7 @@ def main() -> None:
     if refusal is not None:
         sys.exit(refusal)
     keys = Idempotency(settings.store, limits=options.limits_of(settings), placement=settings.placement)
-    outbox_server(keys, settings.charge_delay).run()
+    outbox_server(keys, settings.charge_delay, settings.provider, not settings.no_forwarding).run()
 
 
 if __name__ == "__main__":

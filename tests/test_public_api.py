@@ -5,6 +5,7 @@ take more arguments than the kit's own (--tool-arguments), one writing in the st
 e-mailing; its client, shop_client.py, retries through the package's client half."""
 
 import json
+import re
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -114,7 +115,8 @@ def test_the_shops_client_pays_and_mails_once_each_through_a_lost_first_attempt(
     ran = subprocess.run(client, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert ran.stdout.splitlines() == ["Paid 40 into acme: balance 40", "Receipt for 40 sent to acme"]
-    assert (tmp_path / "main-outbox.txt").read_text() == "to acme: your payment of 40\n"  # one e-mail
+    sent = (tmp_path / "main-outbox.txt").read_text()  # one e-mail, with the call's downstream key (P27)
+    assert re.fullmatch(r"to acme: your payment of 40 \(Idempotency-Key: [0-9a-f]{64}\)\n", sent), sent
     assert "retrying the same request" in ran.stderr  # the first attempt of the payment timed out
 
 

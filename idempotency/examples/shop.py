@@ -59,8 +59,9 @@ async def pay(account: str, amount: int) -> str:
 @mcp.tool()
 async def send_receipt(account: str, amount: int) -> str:
     """E-mail `account` a receipt for `amount`: an effect outside the store (the outbox stands for a mail API)."""
+    # A mail API would take the key as its Idempotency-Key header; the outbox line shows what it was sent.
     with options.outbox.open("a", encoding="utf-8") as outbox:
-        outbox.write(f"to {account}: your payment of {amount}\n")
+        outbox.write(f"to {account}: your payment of {amount} (Idempotency-Key: {keys.downstream_key()})\n")
     return f"Receipt for {amount} sent to {account}"
 
 

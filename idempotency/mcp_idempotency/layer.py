@@ -33,6 +33,7 @@ it takes where the SEP is silent) are this project's: the SEP numbers nothing;
 tests/CONFORMANCE.md lists both.
 """
 
+import contextvars
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -72,6 +73,9 @@ SHARED_KEY_SPACE = (
 
 Outcome = dict[str, Any] | MCPError  # what a tools/call produced: a result, or a JSON-RPC error
 Context = ServerRequestContext[Any, Any]
+
+# P27: the keyed call a tool runs for, as its downstream key (Idempotency.downstream_key).
+_downstream_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("downstream_key", default=None)
 
 # ----------------------------------------------------------------------------
 # Whose key it is (K2, P10'', P21): the principal a record is scoped to
@@ -249,6 +253,13 @@ class Idempotency(Extension):
     def transaction(self) -> UnitOfWork:
         """P17: a tool's unit of work in the store; under a keyed call it joins the layer's, as a savepoint."""
         return self.store.transaction()
+
+    def downstream_key(self) -> str | None:
+        """P27: in a tool run for a keyed call, the key to forward to the API its effect lives in (its
+        Idempotency-Key header): the same for every retry of the call, on every instance. None without a key."""
+        # The one run a retry can repeat is a takeover of a holder that died or froze after
+        # its effect; an API that deduplicates on this key then makes that effect once.
+        return _downstream_key.get()
 
     # -- C1, P14: the capability, which no server API declares ---------------
 
@@ -445,7 +456,11 @@ class Idempotency(Extension):
         # P17: the tool's own writes to the store join this unit of work, so the charge
         # and the completed record commit together or not at all.
         async with self.store.transaction() as tx:
-            outcome = await outcome_of(ctx, call_next, key)
+            forwarded = _downstream_key.set(rules.downstream_key(store_key, fingerprint))
+            try:
+                outcome = await outcome_of(ctx, call_next, key)
+            finally:
+                _downstream_key.reset(forwarded)
             if tx.failure is not None:
                 # P23: the store failed under the tool (the SDK made that an isError
                 # result): that is no outcome of the tool's, and nothing is recorded.

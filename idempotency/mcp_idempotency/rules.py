@@ -38,6 +38,7 @@ __all__ = [
     "as_json_value",
     "capability",
     "checked_key",
+    "downstream_key",
     "fingerprint",
     "principal_name",
     "principal_of",
@@ -139,6 +140,17 @@ def principal_of(stored_key: str) -> str:
     if not (isinstance(parts, list) and len(parts) > 1 and all(isinstance(part, str) for part in parts)):
         return ""
     return principal_name(tuple(parts[:-1]))
+
+
+def downstream_key(stored_key: str, fingerprint: bytes) -> str:
+    """P27: the key a running tool forwards to the API its effect lives in (as its Idempotency-Key header).
+
+    The same for every retry of one call on every instance, since it is derived from what
+    they share: the key as the store knows it (so its principal's) and the request's
+    fingerprint. A one-way hash, so the API learns neither the client's key nor the
+    principal; and another request under the key, or another principal's same key,
+    gets another. 64 hex digits: within the 255 characters APIs such as Stripe take."""
+    return hashlib.sha256(b"mcp-idempotency downstream key\0" + stored_key.encode() + b"\0" + fingerprint).hexdigest()
 
 
 def capability(longest: int, retention: float) -> dict[str, int]:

@@ -42,6 +42,9 @@ there, or to hold the call there):
                          commits: the demo's `ledger.charge` (mcp_idempotency_demo.ledger,
                          which runs its UPDATE through the transaction's `run`) kills
                          after it returned, on either store.
+    after-tool           any tool, once it returned, before the unit of work commits: the
+                         layer's `outcome_of` (mcp_idempotency.layer) kills after it returned;
+                         an e-mail sent, its record not yet completed (P27).
     after-commit         the charge and the completed record are committed, the reply is
                          not sent: the transaction's `commit` kills once it completed the record.
 
@@ -73,7 +76,7 @@ PAUSE_AT = os.environ.get("SEP3182_PAUSE_AT")
 PAUSE_SECONDS = float(os.environ.get("SEP3182_PAUSE_SECONDS", "3"))
 CLOCK_OFFSET = os.environ.get("SEP3182_CLOCK_OFFSET")
 FILE_SIZE_LIMIT = os.environ.get("SEP3182_FILE_SIZE_LIMIT")
-PHASES = ("before-claim-commit", "after-claim", "after-charge", "after-commit")
+PHASES = ("before-claim-commit", "after-claim", "after-charge", "after-tool", "after-commit")
 
 
 def say(line: str) -> None:
@@ -208,6 +211,17 @@ def after_charge(ledger) -> None:
     ledger.charge = charged  # the server's tool looks the name up in the module at each call
 
 
+def after_tool(layer) -> None:
+    outcome_of = layer.outcome_of
+
+    async def ran(ctx, call_next, key):
+        outcome = await outcome_of(ctx, call_next, key)
+        await reached("after-tool")
+        return outcome
+
+    layer.outcome_of = ran  # run_and_record looks the name up in the module at each call
+
+
 def after_completing_commit(backend) -> None:
     reach_after([transaction_of(backend)], "commit", "after-commit", lambda tx, _: tx.completed)
 
@@ -232,6 +246,7 @@ MODULE_PATCHES = {
         "mcp_idempotency.stores.postgres": after_claim_wins,
     },
     "after-charge": {"mcp_idempotency_demo.ledger": after_charge},
+    "after-tool": {"mcp_idempotency.layer": after_tool},
     "after-commit": {
         "mcp_idempotency.stores.sqlite": after_completing_commit,
         "mcp_idempotency.stores.postgres": after_completing_commit,
