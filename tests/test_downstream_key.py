@@ -13,7 +13,9 @@ or a PostgreSQL database, with a one-second lease. One instance has a fault (tes
   the key over once the lease has passed without a renewal, and sends; then it wakes and sends
   too, and its completion is fenced off.
 
-What is sent is read from the mail API, not from the servers.
+What is sent is read from the mail API, not from the servers. And first, with no fault: a send three
+times slower than its lease, retried every half second on the other instance, is sent once even with no
+key forwarded, because its server renews its lease (P18').
 """
 
 import json
@@ -32,8 +34,7 @@ FAULTS = Path(__file__).resolve().parent / "faults"
 MAIL_SERVER = [str(ROOT / "retry" / "mail_server.py")]
 PROVIDER = ROOT / "retry" / "mail_provider.py"
 
-# serial: each test waits out a lease against the clock, so CI runs it alone.
-pytestmark = [pytest.mark.targets("2x-stdio"), pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.targets("2x-stdio"), pytest.mark.timeout(120)]
 
 LEASE = 1.0  # seconds
 EMAIL = {"to": "ada@example.com", "subject": "Your receipt", "body": "Paid 100."}
@@ -58,7 +59,7 @@ def sent(provider: str) -> int:
         return int(json.load(answer)["sent"])
 
 
-def outbox(store_url: str, provider: str, forwarding: bool, monkeypatch, fault: tuple[str, str] | None = None):
+def outbox(store_url: str, provider: str, forwarding: bool, monkeypatch, fault: tuple[str, str] | None = None, *more):
     """One outbox server on the shared store, sending through `provider`, with a fault if one is given."""
     with monkeypatch.context() as faulty:
         if fault is not None:
@@ -68,6 +69,7 @@ def outbox(store_url: str, provider: str, forwarding: bool, monkeypatch, fault: 
             "2x-stdio",
             *("--store", store_url, "--lease", str(LEASE), "--provider", provider),
             *(() if forwarding else ("--no-forwarding",)),
+            *more,
             server=MAIL_SERVER,
         )
 
@@ -82,7 +84,39 @@ def sent_through(wire, key: str) -> dict:
         time.sleep(LEASE / 4)
 
 
+SLOW_SEND, RETRY_EVERY = 3 * LEASE, 0.5  # seconds
+
+
+def test_a_send_three_times_slower_than_its_lease_retried_on_another_instance_is_sent_once(store_url, monkeypatch):
+    """P18': no key forwarded, so only the lease keeps the retries from sending: its server renews it, and
+    every retry, on the other instance, every half second past the lease, is in progress at once."""
+    with mail_provider() as provider:
+        running = outbox(store_url, provider, False, monkeypatch, None, "--charge-delay", str(SLOW_SEND))
+        other = outbox(store_url, provider, False, monkeypatch)
+        try:
+            original = running.send_call("send_email", EMAIL, key="receipt")
+            running.wait_for_log("claimed: key='receipt'")
+            began, retries = time.monotonic(), []
+            while not running.answered(original):
+                time.sleep(RETRY_EVERY)
+                sent_at = time.monotonic()
+                answer = other.call("send_email", EMAIL, key="receipt")
+                if "result" in answer:  # sent as the original completed: its replay
+                    break
+                assert error_type(answer) == IN_PROGRESS and time.monotonic() - sent_at < RETRY_EVERY, answer
+                retries.append(sent_at - began)
+            outcome = running.reply(original)
+            assert sent(provider) == 1, "a retry took the live run over and sent again"
+            assert max(retries) > 2 * LEASE, retries  # retried well past the lease
+            assert other.call("send_email", EMAIL, key="receipt")["result"] == outcome["result"]
+        finally:
+            other.close()
+            running.close()
+
+
 @pytest.mark.parametrize("forwarding", FORWARDING)
+@pytest.mark.slow
+@pytest.mark.serial  # waits out a lease against the clock, so CI runs it alone
 def test_a_send_whose_server_died_before_recording_it_is_sent_once_when_the_key_is_forwarded(
     store_url, forwarding, monkeypatch
 ):
@@ -105,6 +139,8 @@ def test_a_send_whose_server_died_before_recording_it_is_sent_once_when_the_key_
 
 
 @pytest.mark.parametrize("forwarding", FORWARDING)
+@pytest.mark.slow
+@pytest.mark.serial  # waits out a lease against the clock, so CI runs it alone
 def test_a_frozen_server_taken_over_that_wakes_and_sends_sends_once_when_the_key_is_forwarded(
     store_url, forwarding, monkeypatch
 ):
