@@ -135,6 +135,32 @@ def test_a_replay_after_the_task_finished_is_the_same_handle_and_the_client_poll
     assert ledger_after(wire, 1) == {"balance": 7, "charges": 1}
 
 
+WINDOW, LEASE = 2, 1  # seconds: a task then lives 3 (P29)
+
+
+def test_a_replayed_task_handle_never_outlives_its_task_which_is_gone_after_its_time_to_live(spawn):
+    """P29: a task lives the key's window and a lease more. Polled every fifth of a second, each replay of the
+    key's CreateTaskResult names a task tasks/get still finds; past the window the key is new, and runs a new
+    task; past the time to live the first task is an unknown task."""
+    wire = spawn(*TASKS, "--retention", str(WINDOW), "--lease", str(LEASE))
+    key = new_key()
+    first = task_call(wire, 100, key)["result"]
+    began = time.monotonic()
+    assert first["ttlMs"] == (WINDOW + LEASE) * 1000
+    replays = 0
+    while (answer := task_call(wire, 100, key)["result"])["taskId"] == first["taskId"]:
+        assert "result" in task_request(wire, "tasks/get", first["taskId"]), "a replay named a task that is gone"
+        replays += 1
+        assert time.monotonic() - began < WINDOW + LEASE, "the key replayed past its window"
+        time.sleep(0.2)
+    assert replays >= WINDOW / 0.2 - 3  # replayed all along the window
+    assert answer["taskId"] != first["taskId"] and answer["ttlMs"] == first["ttlMs"]  # the key, new: a new task
+    time.sleep(max(0.0, began + WINDOW + LEASE + 0.2 - time.monotonic()))
+    gone = task_request(wire, "tasks/get", first["taskId"])
+    assert gone["error"]["code"] == -32602 and "Task not found" in gone["error"]["message"]
+    assert "result" in task_request(wire, "tasks/get", answer["taskId"])  # the new one lives on
+
+
 def test_a_keyed_retry_that_does_not_declare_the_extension_gets_32021_and_the_handle_stays_for_one_that_does(spawn):
     wire = spawn(*TASKS)
     key = new_key()

@@ -18,11 +18,17 @@ Tasks live in the store the records and the ledger live in (a table of this demo
 written through the layer's unit of work as mcp_idempotency_demo/ledger.py does), so every instance
 on that store answers for every task. A task whose instance stops mid-charge stays `working` (its
 charge rolled back): nothing here resumes it.
+
+P29: a task lives `ttlMs` from its creation, then it is gone (an unknown task, and purged): the
+key's window and one lease more. The CreateTaskResult recorded under a key is committed within a
+lease of the task's creation and replayed for one window from then, so no replay ever hands out
+a task that no longer exists.
 """
 
 import json
 import logging
 import math
+import time
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
@@ -57,6 +63,7 @@ POLL_INTERVAL_MS = 100  # the demo's charges take a fraction of a second
 # records): another principal's task id is an unknown task. `outcome` is the wire
 # result of the tool, {"result": ...} or {"error": ...}, once the task has finished.
 # For the store to make as it opens (open_store's `tables`), beside the ledger's.
+# `expires_at` (seconds since the epoch) is its creation and its time to live (P29).
 TABLES = (
     """CREATE TABLE IF NOT EXISTS tasks (
         task_id     text PRIMARY KEY,
@@ -64,16 +71,20 @@ TABLES = (
         status      text NOT NULL,
         created_at  text NOT NULL,
         updated_at  text NOT NULL,
-        outcome     text
+        outcome     text,
+        expires_at  double precision NOT NULL
     )""",
+    "CREATE INDEX IF NOT EXISTS tasks_expiry ON tasks (expires_at)",
 )
-INSERT = "INSERT INTO tasks VALUES ($1, $2, 'working', $3, $4, NULL)"
+INSERT = "INSERT INTO tasks VALUES ($1, $2, 'working', $3, $4, NULL, $5)"
+PURGE = "DELETE FROM tasks WHERE expires_at <= $1"
 STATUS = "SELECT status FROM tasks WHERE task_id = $1"
-READ = "SELECT status, created_at, updated_at, outcome FROM tasks WHERE task_id = $1 AND owner = $2"
+READ = """SELECT status, created_at, updated_at, outcome FROM tasks
+    WHERE task_id = $1 AND owner = $2 AND expires_at > $3"""
 # A task leaves `working` once: the first of its finish and a cancel wins.
 FINISH = "UPDATE tasks SET status = $1, updated_at = $2, outcome = $3 WHERE task_id = $4 AND status = 'working'"
 CANCEL = """UPDATE tasks SET status = 'cancelled', updated_at = $1
-    WHERE task_id = $2 AND owner = $3 AND status = 'working'"""
+    WHERE task_id = $2 AND owner = $3 AND status = 'working' AND expires_at > $4"""
 
 
 def now() -> str:
@@ -145,6 +156,9 @@ class Tasks(Extension):
     def __init__(self, keys: Idempotency, task_tools: Collection[str], server_info: Mapping[str, str]):
         self.keys, self.task_tools, self.server_info = keys, frozenset(task_tools), dict(server_info)
         self._jobs: MemoryObjectSendStream[Job] | None = None
+        # P29: longer than a replay of its CreateTaskResult can come (a window from its record's
+        # commit, within a lease of the creation), so no replayed handle outlives its task.
+        self.ttl = keys.limits.retention + keys.limits.lease
 
     def stamped(self, result: dict[str, Any]) -> dict[str, Any]:
         """A 2026-07-28 result as the SDK's own handlers answer: the server's info in _meta."""
@@ -225,7 +239,8 @@ class Tasks(Extension):
         # commits here. Either way the answer leaves only once tasks/get would find it.
         async with self.keys.transaction() as tx:
             await tx.lock(task_id)  # held to the end of the transaction: the work waits for it
-            await tx.execute(INSERT, task_id, self.owner(), created, created)
+            await tx.execute(PURGE, time.time())  # P29: the tasks whose time to live has passed are gone
+            await tx.execute(INSERT, task_id, self.owner(), created, created, time.time() + self.ttl)
         self._jobs.send_nowait(Job(task_id, ctx, call_next))
         log.info("task %s: created for %s", task_id, ctx.params["name"])
         return {  # the SDK stamps the server's info on it, as on any handler's result
@@ -234,9 +249,13 @@ class Tasks(Extension):
             "status": "working",
             "createdAt": created,
             "lastUpdatedAt": created,
-            "ttlMs": None,  # kept for as long as the store is: nothing here purges tasks
+            "ttlMs": self.ttl_ms(),
             "pollIntervalMs": POLL_INTERVAL_MS,
         }
+
+    def ttl_ms(self) -> int:
+        """SEP-2663's ttlMs: how long a task is kept from its creation, in whole milliseconds (P29)."""
+        return int(self.ttl * 1000)
 
     def owner(self) -> str:
         """The principal a task belongs to, as the layer finds it (K2): one tenant, or the token's (issuer, subject)."""
@@ -270,7 +289,7 @@ class Tasks(Extension):
     async def get(self, task_id: str) -> dict[str, Any]:
         """tasks/get: a pure read, the task's state, with its result or error once it has finished."""
         async with self.keys.transaction() as tx:
-            row = await tx.fetchone(READ, task_id, self.owner())
+            row = await tx.fetchone(READ, task_id, self.owner(), time.time())
         if row is None:
             raise unknown_task(task_id)
         status, created, updated, outcome = row
@@ -280,7 +299,7 @@ class Tasks(Extension):
             "status": status,
             "createdAt": created,
             "lastUpdatedAt": updated,
-            "ttlMs": None,
+            "ttlMs": self.ttl_ms(),
             "pollIntervalMs": POLL_INTERVAL_MS,
         }
         return self.stamped({**task, **(json.loads(outcome) if outcome else {})})
@@ -289,8 +308,8 @@ class Tasks(Extension):
         """tasks/cancel: acknowledged; a working task becomes cancelled, and its charge, if under way, rolls back.
         A finished task stays as it finished: the first of its finish and a cancel wins."""
         async with self.keys.transaction() as tx:
-            cancelled = await tx.execute(CANCEL, now(), task_id, self.owner())
-            if not cancelled and await tx.fetchone(READ, task_id, self.owner()) is None:
+            cancelled = await tx.execute(CANCEL, now(), task_id, self.owner(), time.time())
+            if not cancelled and await tx.fetchone(READ, task_id, self.owner(), time.time()) is None:
                 raise unknown_task(task_id)
         log.info("task %s: cancel %s", task_id, "took effect" if cancelled else "acknowledged, it had finished")
         return self.stamped({"resultType": "complete"})
