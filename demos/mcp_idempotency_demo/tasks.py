@@ -326,6 +326,8 @@ class Tasks(Extension):
             # fingerprint matches, and the fingerprint ignores _meta (E1), where the
             # declaration lives. SEP-2663: never a task to a request that did not declare
             # it, and -32021 when the server cannot answer it otherwise: the record stays.
+            # The layer refuses such a replay itself (P30); this holds for a handle it
+            # recorded before it kept what the request declared.
             log.info("task handle withheld: the retry did not declare %s", EXTENSION)
             raise missing_declaration()
         return result

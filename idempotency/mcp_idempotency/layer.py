@@ -130,17 +130,17 @@ def as_mapping(result: HandlerResult) -> dict[str, Any]:
     return dict(result or {})
 
 
-def recorded(outcome: Outcome) -> str:
-    """P6: an outcome as the store keeps it: a result, or an error."""
+def recorded(outcome: Outcome, declared: Mapping[str, Any] | None = None) -> str:
+    """P6: an outcome as the store keeps it: an error; or a result, with what its request declared (P30)."""
     if isinstance(outcome, MCPError):
         return to_json({"error": outcome.error.model_dump(exclude_none=True)}).decode()
-    return to_json({"result": outcome}).decode()
+    return to_json({"result": outcome, **({"declared": declared} if declared else {})}).decode()
 
 
-def recorded_as(outcome: Outcome, key: str) -> tuple[Outcome, str]:
+def recorded_as(outcome: Outcome, key: str, declared: Mapping[str, Any]) -> tuple[Outcome, str]:
     """P6': the outcome and its text for the store; an outcome that cannot be written down is an internal error."""
     try:
-        return outcome, recorded(outcome)
+        return outcome, recorded(outcome, declared)
     except Exception:
         log.exception("internal error: key=%r, its outcome cannot be recorded", key)
         return internal_error(), recorded(internal_error())
@@ -360,16 +360,25 @@ class Idempotency(Extension):
             log.debug("in progress: key=%r", key)
             raise rejection(IN_PROGRESS, key)
         log.debug("replayed: key=%r", key)
-        return self.replay(held.outcome, ctx.protocol_version)
+        return self.replay(held.outcome, ctx.protocol_version, rules.declared(ctx.params or {}))
 
-    def replay(self, outcome: str, revision: str) -> dict[str, Any]:
-        """P4.4 (S2, P20): the recorded outcome, which the SDK shapes for the retry's revision; no tool runs."""
+    def replay(self, outcome: str, revision: str, declared: Mapping[str, Any]) -> dict[str, Any]:
+        """P4.4 (S2, P20, P30): the recorded outcome, which the SDK shapes for the retry's revision, if the
+        retry declares what the original did; no tool runs. Refused, nothing runs and the record stays."""
         kept = from_json(outcome)
         if "error" in kept:
             raise MCPError(**kept["error"])
         result: dict[str, Any] = as_recorded_then(kept) if "revision" in kept else kept["result"]
-        if not expressible(result, revision):  # nothing runs, and the record stays for a retry that can take it
+        if not expressible(result, revision):
             raise MCPError(code=mcp_types.INVALID_PARAMS, message=f"the recorded outcome has no form in {revision}")
+        missing = rules.undeclared(kept.get("declared", {}), declared)
+        if missing:  # SEP-2663's -32021, as Tasks answers a call that must declare them
+            log.debug("replay withheld: the retry does not declare %s", sorted(missing))
+            raise MCPError(
+                code=mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message="Missing required client capability",
+                data={"requiredCapabilities": missing},
+            )
         return result
 
     # -- P4.1: the key is ours: run the tool once, and record what it produced --
@@ -467,7 +476,7 @@ class Idempotency(Extension):
                 raise StoreUnavailable("the unit of work failed") from tx.failure
             if self.never_kept(outcome):
                 raise AsksAgain(outcome)  # rolls the unit of work back; run_once gives the key back
-            outcome, text = recorded_as(outcome, key)
+            outcome, text = recorded_as(outcome, key, rules.declared(ctx.params or {}))
             # P18: sent with the commit, which happens once, as the unit of work ends: the
             # first completion of the key wins; a later one rolls back with everything it did.
             tx.complete(store_key, fingerprint, text)

@@ -38,6 +38,7 @@ __all__ = [
     "as_json_value",
     "capability",
     "checked_key",
+    "declared",
     "downstream_key",
     "fingerprint",
     "principal_name",
@@ -45,6 +46,7 @@ __all__ = [
     "rejection",
     "scoped_key",
     "sent_key",
+    "undeclared",
 ]
 
 
@@ -140,6 +142,34 @@ def principal_of(stored_key: str) -> str:
     if not (isinstance(parts, list) and len(parts) > 1 and all(isinstance(part, str) for part in parts)):
         return ""
     return principal_name(tuple(parts[:-1]))
+
+
+# ----------------------------------------------------------------------------
+# P30: what a request declares, which a replay must still fit
+# ----------------------------------------------------------------------------
+
+CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"  # 2026-07-28: a request's own, in its _meta
+
+
+def declared(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The client capabilities a request declares for itself (2026-07-28), {} if none."""
+    meta = params.get("_meta")
+    capabilities = meta.get(CLIENT_CAPABILITIES) if isinstance(meta, Mapping) else None
+    return dict(capabilities) if isinstance(capabilities, Mapping) else {}
+
+
+def undeclared(original: Mapping[str, Any], retry: Mapping[str, Any]) -> dict[str, Any]:
+    """P30: what the original request declared and its retry does not: each capability, and each extension."""
+    # A result may take its shape from what its request declared (a task handle only for a
+    # client that declared Tasks, a UI resource only for one that renders it), and nothing
+    # says which: so a replay asks of its retry everything the original declared.
+    missing = {name: value for name, value in original.items() if name != "extensions" and name not in retry}
+    theirs, ours = original.get("extensions"), retry.get("extensions")
+    if isinstance(theirs, Mapping):
+        ours = ours if isinstance(ours, Mapping) else {}
+        extensions = {name: value for name, value in theirs.items() if name not in ours}
+        missing.update({"extensions": extensions} if extensions else {})
+    return missing
 
 
 def downstream_key(stored_key: str, fingerprint: bytes) -> str:
