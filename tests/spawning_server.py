@@ -1,0 +1,55 @@
+"""A server whose tool starts work in the background and returns at once, the way a tool author writes it.
+
+    python spawning_server.py --store URL [--verbose]
+
+`note_later(text)` starts a task with asyncio, which copies the call's context, the layer's open unit of
+work included, and answers before the task runs; the task then writes the note in a unit of work of its
+own, after the call's has ended. `notes()` counts what was written. Over stdio.
+"""
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from mcp.server.mcpserver import MCPServer
+
+from mcp_idempotency.layer import Idempotency
+
+parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+parser.add_argument("--store", required=True, metavar="URL")
+parser.add_argument("--verbose", action="store_true", help="log every idempotency decision on stderr")
+options = parser.parse_args()
+logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if options.verbose else logging.INFO)
+
+NOTES = "CREATE TABLE IF NOT EXISTS notes (text TEXT NOT NULL)"
+keys = Idempotency(options.store, tables=[NOTES])
+mcp = MCPServer("notes", version="1.0", extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan)
+started: set[asyncio.Task[None]] = set()  # asyncio keeps only weak references to its tasks
+
+
+async def write_note(text: str) -> None:
+    """The background work: a moment later, the note, in the store."""
+    await asyncio.sleep(0.2)
+    async with keys.transaction() as tx:
+        await tx.execute("INSERT INTO notes VALUES ($1)", text)
+
+
+@mcp.tool()
+async def note_later(text: str) -> str:
+    """Write `text` down in the background; answer at once."""
+    task = asyncio.get_running_loop().create_task(write_note(text))
+    started.add(task)
+    task.add_done_callback(started.discard)
+    return f"noting {text!r}"
+
+
+@mcp.tool()
+async def notes() -> dict[str, int]:
+    """How many notes were written."""
+    async with keys.transaction() as tx:
+        row = await tx.fetchone("SELECT count(*) FROM notes")
+    return {"notes": int(row[0]) if row else 0}
+
+
+mcp.run()
