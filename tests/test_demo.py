@@ -82,8 +82,23 @@ def scenario(output: str, number: int) -> list[str]:
     return [line.strip() for line in lines.splitlines()]
 
 
-def test_default_run_plays_the_three_scenarios_and_each_passes():
-    run = play()
+# Each run is played once and read by every test that reads it: the runs are the slow part.
+
+
+@pytest.fixture(scope="module")
+def default_run() -> subprocess.CompletedProcess:
+    """client_demo.py with no options, against server.py."""
+    return play()
+
+
+@pytest.fixture(scope="module")
+def every_scenario() -> subprocess.CompletedProcess:
+    """client_demo.py --all, against server.py."""
+    return play("--all")
+
+
+def test_default_run_plays_the_three_scenarios_and_each_passes(default_run):
+    run = default_run
     assert run.returncode == 0, run.stdout + run.stderr
     assert verdicts(run.stdout) == ["PASS"] * 3
     # The baseline without a key is a failure shown, not a SEP requirement met: the tally says so.
@@ -92,8 +107,8 @@ def test_default_run_plays_the_three_scenarios_and_each_passes():
     ) in run.stdout
 
 
-def test_all_adds_four_scenarios_and_each_passes():
-    run = play("--all")
+def test_all_adds_four_scenarios_and_each_passes(every_scenario):
+    run = every_scenario
     assert run.returncode == 0, run.stdout + run.stderr
     assert verdicts(run.stdout) == ["PASS"] * 7
     for heading in (
@@ -106,9 +121,9 @@ def test_all_adds_four_scenarios_and_each_passes():
     assert "7 scenarios: without a key the retry charged twice, as it must; with SEP-3182, 6 of 6" in run.stdout
 
 
-def test_walkthrough_prints_the_duplicate_after_the_original_claimed_the_key():
+def test_walkthrough_prints_the_duplicate_after_the_original_claimed_the_key(every_scenario):
     """Scenario 4, in the order things happened: claim, duplicate sent, in progress, rejected, then recorded."""
-    lines = scenario(play("--all").stdout, 4)
+    lines = scenario(every_scenario.stdout, 4)
     order = [
         next(index for index, line in enumerate(lines) if line.startswith(start))
         for start in (
@@ -123,9 +138,9 @@ def test_walkthrough_prints_the_duplicate_after_the_original_claimed_the_key():
     assert order == sorted(order), "\n".join(lines)
 
 
-def test_slow_tool_is_retried_with_back_off_until_its_replay():
+def test_slow_tool_is_retried_with_back_off_until_its_replay(every_scenario):
     """Scenario 5: time out, in progress and back off (at least once), then the replay; one charge."""
-    lines = scenario(play("--all").stdout, 5)
+    lines = scenario(every_scenario.stdout, 5)
     decisions = [
         line.split(":")[0].removeprefix("server ")
         for line in lines
@@ -147,8 +162,8 @@ def test_a_rejection_the_server_does_not_mark_retryable_is_final_whatever_its_ty
     assert run.returncode == 1
 
 
-def test_keyed_frame_is_printed_with_the_key_beside_arguments():
-    frames = [json.loads(line.split("wire →", 1)[1]) for line in play().stdout.splitlines() if "wire →" in line]
+def test_keyed_frame_is_printed_with_the_key_beside_arguments(default_run):
+    frames = [json.loads(line.split("wire →", 1)[1]) for line in default_run.stdout.splitlines() if "wire →" in line]
     keyed = [frame["params"] for frame in frames if "idempotencyKey" in frame["params"]]
     assert keyed, "the demo printed no keyed frame"
     for params in keyed:
@@ -196,9 +211,9 @@ def test_demo_refuses_to_rely_on_keys_when_the_server_takes_shorter_keys_than_it
     assert verdicts(run.stdout) == []
 
 
-def test_a_lost_response_is_really_lost_after_the_server_sent_it():
+def test_a_lost_response_is_really_lost_after_the_server_sent_it(default_run):
     """The link drops the response on the client's side: the server's log shows it executed and answered."""
-    output = play().stdout
+    output = default_run.stdout
     scenario_2 = output.split("2. With an idempotencyKey")[1].split("3. ")[0]
     executed, lost, replayed = (scenario_2.index(marker) for marker in ("server claimed:", "✂", "server replayed:"))
     assert executed < lost < replayed
