@@ -249,14 +249,15 @@ class Played:
         """Take one step, and check the store's answer."""
         if isinstance(step, Claim):
             answer = await self.store.claim(step.key, step.fingerprint, step.principal)
-            assert isinstance(answer, Won) if step.answer is Won else answer == step.answer, (step, answer)
+            assert isinstance(answer, Won) if step.answer is Won else answer == step.answer, f"{step}: {answer}"
         elif isinstance(step, Complete):
             kept = await self.work_done(step.key)
             completed = await self.complete(step.key)
-            assert completed == step.completed, step
-            assert await self.work_done(step.key) == kept + completed, (step, "the work follows the completion")
+            assert completed == step.completed, f"{step}: completed={completed}"
+            assert await self.work_done(step.key) == kept + completed, f"{step}: the work kept is not the completion's"
         elif isinstance(step, Forget):
-            assert await self.store.forget(step.principal) == step.count, step
+            forgotten = await self.store.forget(step.principal)
+            assert forgotten == step.count, f"{step}: {forgotten} forgotten"
         else:
             await self.wait(step.seconds)
 
@@ -276,7 +277,11 @@ async def opened(kind: str, limits: Limits, request: pytest.FixtureRequest, tmp_
 async def test_every_store_answers_each_step_of_a_rule_as_the_row_says(rule: Rule, kind: str, request, tmp_path):
     played = await opened(kind, rule.limits, request, tmp_path)
     try:
-        for step in rule.steps:
-            await played.play(step)
+        for number, step in enumerate(rule.steps, 1):
+            try:
+                await played.play(step)
+            except AssertionError as wrong:
+                wrong.add_note(f"at step {number} of the row, on the {kind} store")
+                raise
     finally:
         await played.store.close()
