@@ -275,6 +275,7 @@ async def opened(kind: str, limits: Limits, request: pytest.FixtureRequest, tmp_
 @pytest.mark.parametrize("kind", STORES)
 @pytest.mark.parametrize("rule", list(RULES.values()), ids=list(RULES))
 async def test_every_store_answers_each_step_of_a_rule_as_the_row_says(rule: Rule, kind: str, request, tmp_path):
+    """Play a rule's steps in order on a new store of `kind`; the first answer off the row fails, naming its step."""
     played = await opened(kind, rule.limits, request, tmp_path)
     try:
         for number, step in enumerate(rule.steps, 1):
