@@ -4,6 +4,9 @@
 The memory and SQLite stores read a clock they are given, so a fake one moves their
 windows without sleeping. PostgreSQL keeps time on the database's clock (P19): there
 the windows are a second long and the test waits them out.
+
+Replay, takeover, the bound's purge, forgetting and the share, step by step on every
+store, are the rows of tests/test_store_rules.py; here is the rest.
 """
 
 import subprocess
@@ -84,29 +87,6 @@ async def ledger(store) -> dict:
         return await the_ledger.read(tx)
 
 
-async def test_completed_record_replays_inside_its_window_and_is_dropped_after_it(opened):
-    store = opened.store
-    claim = await store.claim("k", FINGERPRINT, ALICE)
-    assert isinstance(claim, Won) and await charged(store, "k")
-
-    assert await store.claim("k", FINGERPRINT, ALICE) == Held(FINGERPRINT, "charged 100")  # a replay
-    await opened.wait_out(WINDOW * 1.2)
-    assert isinstance(await store.claim("k", FINGERPRINT, ALICE), Won)  # P8: past its window the key is new
-
-
-async def test_full_store_refuses_a_new_key_and_takes_one_again_once_a_record_expires(opened):
-    store = opened.store
-    for key in ("a", "b"):
-        assert isinstance(await store.claim(key, FINGERPRINT, ALICE), Won)
-        assert await charged(store, key)
-
-    assert await store.claim("c", FINGERPRINT, ALICE) == Full()
-    assert (await store.claim("a", FINGERPRINT, ALICE)).outcome == "charged 100"  # a stored key still answers
-    await opened.wait_out(WINDOW * 1.2)
-    assert isinstance(await store.claim("c", FINGERPRINT, ALICE), Won)  # room came back as records expired
-    assert await ledger(store) == {"balance": 200, "charges": 2}
-
-
 async def test_a_key_claimed_by_many_tasks_at_once_is_won_once(opened):
     claims = []
 
@@ -119,42 +99,6 @@ async def test_a_key_claimed_by_many_tasks_at_once_is_won_once(opened):
 
     assert sum(isinstance(claim, Won) for claim in claims) == 1
     assert all(claim == Held(FINGERPRINT, None) for claim in claims if not isinstance(claim, Won))
-
-
-async def test_a_passed_lease_is_taken_over_by_the_same_request_only(opened):
-    store = opened.store
-    first = await store.claim("k", FINGERPRINT, ALICE)
-
-    assert await store.claim("k", FINGERPRINT, ALICE) == Held(FINGERPRINT, None)  # in progress
-    await opened.wait_out(WINDOW * 1.2)
-    assert await store.claim("k", OTHER, ALICE) == Held(FINGERPRINT, None)  # still a conflict, never a takeover
-    second = await store.claim("k", FINGERPRINT, ALICE)
-    assert isinstance(second, Won) and second.owner != first.owner
-
-
-async def test_a_takeover_reuses_its_record_so_the_bound_counts_keys_not_claims(opened):
-    """P9, P18: a key taken over once its lease passed is still one record of the two allowed."""
-    store = opened.store
-    await store.claim("a", FINGERPRINT, ALICE)
-    await opened.wait_out(WINDOW * 1.2)
-    assert isinstance(await store.claim("a", FINGERPRINT, ALICE), Won)  # the takeover
-
-    assert isinstance(await store.claim("b", FINGERPRINT, ALICE), Won)
-    assert await store.claim("c", FINGERPRINT, ALICE) == Full()
-
-
-async def test_the_first_completion_wins_and_a_later_one_rolls_back_the_charge_it_joined(opened):
-    """P17, P18: the original outlived its lease and a retry took over; whichever completes first is
-    recorded, and the other's charge is rolled back with its refused completion: one charge."""
-    store = opened.store
-    await store.claim("k", FINGERPRINT, ALICE)
-    await opened.wait_out(WINDOW * 1.2)
-    assert isinstance(await store.claim("k", FINGERPRINT, ALICE), Won)  # the takeover
-
-    assert await charged(store, "k", amount=100)  # the slow original completes first: it wins
-    assert not await charged(store, "k", amount=100)  # the retry's completion is fenced off
-    assert await ledger(store) == {"balance": 100, "charges": 1}
-    assert await store.claim("k", FINGERPRINT, ALICE) == Held(FINGERPRINT, "charged 100")
 
 
 async def test_a_completion_for_another_request_under_the_key_is_fenced_off(opened):

@@ -37,9 +37,10 @@ class MemoryStore(Store):
         super().__init__(limits)
         self.clock = clock
         self.records: dict[str, Record] = {}
-        # Completed keys in the order they completed, which is the order they expire
-        # in: a purge only ever looks at the front (P8).
-        self.expiry_order: deque[str] = deque()
+        # Each completion, (key, deadline), in the order they happened, which is the order
+        # they expire in: a purge only ever looks at the front (P8). A key completed again
+        # after it expired is in it twice; only the entry with its record's deadline is current.
+        self.expiry_order: deque[tuple[str, float]] = deque()
         self.keys_of: dict[str, set[str]] = {}  # P9': principal -> its keys, as the SQL stores' index on principal
         # The tools' tables: statements run on the event loop (no disk to wait for), one
         # unit of work at a time, from its first statement to its end, as on SQLite.
@@ -54,11 +55,15 @@ class MemoryStore(Store):
         """P8, P9: drop the completed records whose window has passed; called only when the store is full."""
         now = self.clock()
         while self.expiry_order:
-            record = self.records.get(self.expiry_order[0])
-            if record is not None and record.status == "completed" and record.deadline > now:
+            key, deadline = self.expiry_order[0]
+            record = self.records.get(key)
+            # Stale, if the record has gone, or runs again, or completed again since: then
+            # it has a later entry, and this one must neither drop it nor hold up the purge.
+            current = record is not None and record.status == "completed" and record.deadline == deadline
+            if current and deadline > now:
                 return
-            key = self.expiry_order.popleft()
-            if record is not None and record.status == "completed":
+            self.expiry_order.popleft()
+            if current:
                 self.drop(key)
 
     def drop(self, key: str) -> None:
@@ -155,7 +160,7 @@ class MemoryTransaction(Transaction):
                 return
             record.status, record.owner, record.outcome = "completed", None, outcome
             record.deadline = self.store.clock() + self.store.limits.retention  # P8: from the completion
-            self.store.expiry_order.append(key)  # at the back: completion order is expiry order
+            self.store.expiry_order.append((key, record.deadline))  # at the back: completion order is expiry order
             self.completed = True
         self.end("COMMIT")
 
