@@ -1,7 +1,7 @@
 """Each store rule as a table of steps, played on every store: memory, a SQLite file, PostgreSQL.
 
 A row is one rule, a few claims deep: each step is what the dispatch layer asks a store
-(a claim, a completion with the tool's own write, forgetting a principal) or time passing,
+(a claim, a completion with the tool's own write, a renewal, forgetting a principal) or time passing,
 with the answer every store must give. The stores hold the same rules in three forms
 (Python, SQLite's SQL, PostgreSQL's claim function), so a row that one store answers
 otherwise is a bug in that store.
@@ -59,6 +59,15 @@ class Complete:
 
 
 @dataclass(frozen=True)
+class Renew:
+    """The holder of the `claim`th won claim of `key` renews its lease: `renewed` says whether it still held it."""
+
+    key: str
+    claim: int
+    renewed: bool
+
+
+@dataclass(frozen=True)
 class Forget:
     """store.forget(principal) deletes `count` records."""
 
@@ -73,7 +82,7 @@ class Wait:
     seconds: float
 
 
-Step = Claim | Complete | Forget | Wait
+Step = Claim | Complete | Renew | Forget | Wait
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,24 @@ RULES = {
             Complete("k", True),  # whichever of the three calls completes first
             Complete("k", False),
             Complete("k", False),
+            Claim("k", REPLAY),
+        ],
+    ),
+    "a holder that renews keeps its key past the first lease; stopped, it is taken over by the same request, "
+    "and then neither its renewal nor, once completed, the new holder's moves anything": Rule(
+        Limits(retention=LONG, lease=WINDOW, max_records=10),
+        [
+            Claim("k", Won),
+            Wait(WINDOW * 0.6),
+            Renew("k", 1, True),
+            Wait(WINDOW * 0.6),  # past the first lease, within the renewed one
+            Claim("k", IN_PROGRESS),
+            Wait(PASSES),  # no renewal for a whole lease: the holder stopped
+            Claim("k", Won),  # the takeover
+            Renew("k", 1, False),  # the first holder's claim is no longer its own
+            Renew("k", 2, True),
+            Complete("k", True),
+            Renew("k", 2, False),  # completed: nothing runs to renew
             Claim("k", REPLAY),
         ],
     ),
@@ -223,6 +250,7 @@ class Played:
 
     def __init__(self, store: Store, clock: FakeClock | None):
         self.store, self.clock = store, clock
+        self.owners: dict[str, list[str]] = {}  # each key's won claims' fencing tokens, in order
 
     async def wait(self, seconds: float) -> None:
         """Let `seconds` pass: move the fake clock, or wait on the database's real one."""
@@ -250,11 +278,16 @@ class Played:
         if isinstance(step, Claim):
             answer = await self.store.claim(step.key, step.fingerprint, step.principal)
             assert isinstance(answer, Won) if step.answer is Won else answer == step.answer, f"{step}: {answer}"
+            if isinstance(answer, Won):
+                self.owners.setdefault(step.key, []).append(answer.owner)
         elif isinstance(step, Complete):
             kept = await self.work_done(step.key)
             completed = await self.complete(step.key)
             assert completed == step.completed, f"{step}: completed={completed}"
             assert await self.work_done(step.key) == kept + completed, f"{step}: the work kept is not the completion's"
+        elif isinstance(step, Renew):
+            renewed = await self.store.renew(step.key, self.owners[step.key][step.claim - 1])
+            assert renewed == step.renewed, f"{step}: renewed={renewed}"
         elif isinstance(step, Forget):
             forgotten = await self.store.forget(step.principal)
             assert forgotten == step.count, f"{step}: {forgotten} forgotten"
