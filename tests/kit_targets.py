@@ -103,6 +103,8 @@ TARGETS = {
 KNOWN_WARNINGS: dict[str, dict[str, str]] = {}
 
 # name -> the checks its one broken rule makes fall short (FAILURE or WARNING)
+MISSTATED_SETTINGS = ("a-fractional-window", "a-shorter-key-than-it-takes", "no-window")  # advertises_otherwise.py
+REJECTIONS = ("conflict", "invalid-key", "in-progress", "store-full")  # drops_retryable.py --of each
 NO_DEDUPLICATION = {
     "repeat-executes-once",
     "replay-not-refreshed",
@@ -198,8 +200,25 @@ STAND_INS = {
     "reads-the-key-in-both-places": ("reads_the_key_in_both_places.py", {"key-only-in-params"}),
     "reads-the-key-in-both-places-meta": ("reads_the_key_in_both_places.py", {"key-only-in-params"}),
     "stops-its-run-when-the-stream-closes": ("stops_its_run_when_the_stream_closes.py", {"cancelled-call-runs-once"}),
+    # Issue 34: a stand-in per assertion of a check that has several, most of them a switch of one script (SWITCHED).
+    "advertises-no-object": ("advertises_otherwise.py", {"capability-declared"}),
+    **{f"advertises-{wrong}": ("advertises_otherwise.py", {"capability-settings"}) for wrong in MISSTATED_SETTINGS},
+    "runs-the-invalid-keys-it-refuses": ("runs_what_it_refuses.py", {"capability-settings", "invalid-key-rejected"}),
+    # The kit asks "ran nothing" of each conflict it provokes, so every check that provokes one falls short.
+    "runs-the-conflicts-it-refuses": (
+        "runs_what_it_refuses.py",
+        {"conflict-rejected", "error-outcome-recorded", "different-requests-conflict", "equivalence-null-member"}
+        | {"large-integers-exact", "conflict-while-running"},
+    ),
+    "counts-its-window-in-milliseconds": ("counts_its_window_in_milliseconds.py", {"retention-window"}),
+    **{f"drops-retryable-of-{kind}": ("drops_retryable.py", {"rejection-retryable"}) for kind in REJECTIONS},
 }
-
+# The stand-ins started with a switch of their script: the switch.
+SWITCHED = {
+    **{f"advertises-{wrong}": ["--capability", wrong] for wrong in ("no-object", *MISSTATED_SETTINGS)},
+    **{f"runs-the-{refused}-it-refuses": ["--refuses", refused] for refused in ("invalid-keys", "conflicts")},
+    **{f"drops-retryable-of-{kind}": ["--of", kind] for kind in REJECTIONS},
+}
 # Behind authorisation (mcp_idempotency/auth.py): served over HTTP, trusting the real issuer (tests/oauth.py),
 # and checked with Alice's token, Bob's, and Alice's without the charge scope (K2, K3). Their bounded server
 # gives each principal two of its three records (P9'), so that Alice filling hers leaves room for Bob.
@@ -217,6 +236,7 @@ SERVED = {
     "reads-the-key-in-both-places-meta": ("stdio", META, META),  # fails the same check in the other placement
     "stops-its-run-when-the-stream-closes": ("http", ["--sse"], []),  # its stream is closed mid-call (P7)
     **{name: ("http", [], []) for name in AUTHORISED if name in STAND_INS},
+    **{name: ("stdio", switch, []) for name, switch in SWITCHED.items()},
 }
 for name, (script, _) in STAND_INS.items():
     transport, server_options, kit_options = SERVED.get(name, ("stdio", [], []))
