@@ -105,52 +105,35 @@ KNOWN_WARNINGS: dict[str, dict[str, str]] = {}
 # name -> the checks its one broken rule makes fall short (FAILURE or WARNING)
 MISSTATED_SETTINGS = ("a-fractional-window", "a-shorter-key-than-it-takes", "no-window")  # advertises_otherwise.py
 REJECTIONS = ("conflict", "invalid-key", "in-progress", "store-full")  # drops_retryable.py --of each
-NO_DEDUPLICATION = {
-    "repeat-executes-once",
-    "replay-not-refreshed",
-    "error-outcome-recorded",
-    "conflict-leaves-the-record",
-    "read-only-tool-deduplicated",
-    "conflict-rejected",
-    "conflict-error-data",
-    "error-code",
-    "equivalence-serialisation",
-    "equivalence-numbers",
-    "equivalence-strings",
-    "equivalence-meta-ignored",
-    "equivalence-absent-arguments",
-    "different-requests-conflict",
-    "equivalence-null-member",
-    "large-integers-exact",
-    "odd-keys-are-keys",
-    "invalid-key-rejected",
-    "in-flight-duplicate-not-executed",
-    "in-flight-duplicate-rejected-at-once",
-    "in-progress-error-data",
-    "conflict-while-running",
-    "cancelled-call-runs-once",
-    "retention-window",
-    "store-bound",
-    "malformed-input-survived",
-    "capability-settings",
-    "running-record-bounded",
-}
+NO_DEDUPLICATION = set(
+    """
+    repeat-executes-once replay-not-refreshed error-outcome-recorded conflict-leaves-the-record
+    read-only-tool-deduplicated conflict-rejected conflict-error-data error-code equivalence-serialisation
+    equivalence-numbers equivalence-strings equivalence-meta-ignored equivalence-absent-arguments
+    different-requests-conflict equivalence-null-member large-integers-exact odd-keys-are-keys
+    invalid-key-rejected in-flight-duplicate-not-executed in-flight-duplicate-rejected-at-once
+    in-progress-error-data conflict-while-running cancelled-call-runs-once retention-window store-bound
+    malformed-input-survived capability-settings running-record-bounded
+    """.split()
+)
+# Every check that provokes a conflict and looks for one, where a server answers it otherwise
+NO_CONFLICT = set(
+    """
+    conflict-rejected conflict-error-data error-code error-outcome-recorded different-requests-conflict
+    equivalence-null-member large-integers-exact conflict-while-running running-record-bounded
+    """.split()
+)
+# Every check that compares a replayed result with its original (the error replayed apart)
+NO_SAME_REPLAY = set(
+    """
+    repeat-executes-once replay-not-refreshed conflict-leaves-the-record read-only-tool-deduplicated
+    equivalence-serialisation equivalence-numbers equivalence-strings equivalence-meta-ignored
+    equivalence-absent-arguments odd-keys-are-keys retention-window store-bound malformed-input-survived
+    """.split()
+)
 STAND_INS = {
     "ignores-the-key": ("ignores_the_key.py", NO_DEDUPLICATION),
-    "replays-a-conflict": (
-        "replays_a_conflict.py",
-        {
-            "conflict-rejected",
-            "conflict-error-data",
-            "error-code",
-            "error-outcome-recorded",
-            "different-requests-conflict",
-            "equivalence-null-member",
-            "large-integers-exact",
-            "conflict-while-running",
-            "running-record-bounded",
-        },
-    ),
+    "replays-a-conflict": ("replays_a_conflict.py", NO_CONFLICT),
     "queues-in-flight-duplicates": (
         "queues_in_flight_duplicates.py",
         {"in-flight-duplicate-rejected-at-once", "in-progress-error-data", "cancelled-call-runs-once"},
@@ -210,6 +193,8 @@ STAND_INS = {
         {"conflict-rejected", "error-outcome-recorded", "different-requests-conflict", "equivalence-null-member"}
         | {"large-integers-exact", "conflict-while-running"},
     ),
+    "answers-a-conflict-as-a-tool-error": ("answers_a_conflict_as_a_tool_error.py", NO_CONFLICT),
+    "marks-its-replays": ("marks_its_replays.py", NO_SAME_REPLAY),
     "counts-its-window-in-milliseconds": ("counts_its_window_in_milliseconds.py", {"retention-window"}),
     **{f"drops-retryable-of-{kind}": ("drops_retryable.py", {"rejection-retryable"}) for kind in REJECTIONS},
 }
