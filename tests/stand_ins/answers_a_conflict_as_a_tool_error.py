@@ -14,7 +14,8 @@ class AnswersAConflictAsAToolError(Idempotency):
 
     def answer(self, held: Held, fingerprint: bytes, key: str, ctx: Any) -> dict[str, Any]:
         if held.fingerprint != fingerprint:
-            return {"content": [{"type": "text", "text": f"key {key} was used with other arguments"}], "isError": True}
+            told = {"type": "text", "text": f"key {key} was used with other arguments"}
+            return {"resultType": "complete", "content": [told], "isError": True}
         return super().answer(held, fingerprint, key, ctx)
 
 
