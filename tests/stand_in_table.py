@@ -132,7 +132,7 @@ STAND_INS = {
     ),
     "answers-a-conflict-as-a-tool-error": ("answers_a_conflict_as_a_tool_error.py", NO_CONFLICT),
     "marks-its-replays": ("marks_its_replays.py", NO_SAME_REPLAY),
-    "counts-its-window-in-milliseconds": ("counts_its_window_in_milliseconds.py", {"retention-window"}),
+    "ends-its-window-a-second-early": ("ends_its_window_a_second_early.py", {"retention-window"}),
     **{f"drops-retryable-of-{kind}": ("drops_retryable.py", {"rejection-retryable"}) for kind in REJECTIONS},
 }
 # The stand-ins started with a switch of their script: the switch.
