@@ -1,7 +1,8 @@
 """A stand-in for the 2.x ledger server that breaks one rule of its capability (C1, C2, P11'), chosen by
 --capability: the layer runs as it should, but what it advertises is not an object, or a setting is not a positive
-integer, or maxKeyLength is shorter than the longest key it takes, or no window is advertised (the SHOULD half).
-A client that trusts the capability is misled on exactly that one point."""
+integer, or maxKeyLength is longer or shorter than the longest key it takes, or no window is advertised (the SHOULD
+half). A client that trusts the capability is misled on exactly that one point. Configuration cannot do it: the one
+setting reaches both the key check and the capability."""
 
 import argparse
 from collections.abc import Callable
@@ -16,6 +17,7 @@ Misstated = Callable[[dict[str, Any]], Any]
 MISSTATED: dict[str, Misstated] = {
     "no-object": lambda kept: True,  # "supported", as a flag
     "a-fractional-window": lambda kept: {**kept, "retentionSeconds": kept["retentionSeconds"] + 0.5},
+    "a-longer-key-than-it-takes": lambda kept: {**kept, "maxKeyLength": kept["maxKeyLength"] + 1},
     "a-shorter-key-than-it-takes": lambda kept: {**kept, "maxKeyLength": kept["maxKeyLength"] - 1},
     "no-window": lambda kept: {name: value for name, value in kept.items() if name != "retentionSeconds"},
 }
