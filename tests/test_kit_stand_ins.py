@@ -54,6 +54,8 @@ ASSERTIONS = [
             (f"equivalence-{check}", "not replayed", "marks-its-replays"),
         ]
     ],
+    ("odd-keys-are-keys", "ran 0 times", "refuses-keys-that-are-not-plain-ascii"),
+    ("odd-keys-are-keys", "was not replayed", "marks-its-replays"),
     ("different-requests-conflict", "the retry ran the tool", "runs-the-conflicts-it-refuses"),
     ("different-requests-conflict", "another tool: not rejected", "ignores-the-tool-name"),
     ("large-integers-exact", "were one request", "compares-integers-as-doubles"),
