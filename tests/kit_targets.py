@@ -23,6 +23,7 @@ from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 
 from oauth import READ, RESOURCE, Issuer
+from stand_in_table import STAND_INS, SWITCHED
 from wire import ROOT, SDK2_SERVER, free_port, sdk2_python
 
 KIT = ROOT / "conformance" / "kit.py"
@@ -104,105 +105,6 @@ TARGETS = {
 # warning as it did under the old sep-3182-equivalence-large-integers.
 KNOWN_WARNINGS: dict[str, dict[str, str]] = {}
 
-# name -> the checks its one broken rule makes fall short (FAILURE or WARNING)
-NO_DEDUPLICATION = {
-    "repeat-executes-once",
-    "replay-not-refreshed",
-    "error-outcome-recorded",
-    "conflict-leaves-the-record",
-    "read-only-tool-deduplicated",
-    "conflict-rejected",
-    "conflict-error-data",
-    "error-code",
-    "equivalence-serialisation",
-    "equivalence-numbers",
-    "equivalence-strings",
-    "equivalence-meta-ignored",
-    "equivalence-absent-arguments",
-    "different-requests-conflict",
-    "equivalence-null-member",
-    "large-integers-exact",
-    "odd-keys-are-keys",
-    "invalid-key-rejected",
-    "in-flight-duplicate-not-executed",
-    "in-flight-duplicate-rejected-at-once",
-    "in-progress-error-data",
-    "conflict-while-running",
-    "cancelled-call-runs-once",
-    "retention-window",
-    "store-bound",
-    "malformed-input-survived",
-    "capability-settings",
-    "live-run-never-taken-over",
-}
-STAND_INS = {
-    "ignores-the-key": ("ignores_the_key.py", NO_DEDUPLICATION),
-    "replays-a-conflict": (
-        "replays_a_conflict.py",
-        {
-            "conflict-rejected",
-            "conflict-error-data",
-            "error-code",
-            "error-outcome-recorded",
-            "different-requests-conflict",
-            "equivalence-null-member",
-            "large-integers-exact",
-            "conflict-while-running",
-            "live-run-never-taken-over",
-        },
-    ),
-    "queues-in-flight-duplicates": (
-        "queues_in_flight_duplicates.py",
-        {"in-flight-duplicate-rejected-at-once", "in-progress-error-data", "cancelled-call-runs-once"},
-    ),
-    "drops-the-capability": ("drops_the_capability.py", {"capability-declared"}),
-    "records-its-own-rejections": (
-        "records_its_own_rejections.py",
-        {"conflict-leaves-the-record", "cancelled-call-runs-once", "live-run-never-taken-over"},
-    ),
-    "shares-keys-across-principals": (
-        "shares_keys_across_principals.py",
-        {"key-scoped-to-principal", "other-principals-key-no-conflict", "other-principals-key-not-in-progress"},
-    ),
-    "takes-a-null-key-as-a-key": ("takes_a_null_key_as_a_key.py", {"no-key-runs-every-time"}),
-    "examines-the-key-on-every-method": ("examines_the_key_on_every_method.py", {"other-methods-ignore-the-key"}),
-    "replays-without-rechecking-scope": ("replays_without_rechecking_scope.py", {"replay-rechecks-authorisation"}),
-    "echoes-an-oversized-key": ("echoes_an_oversized_key.py", {"oversized-key-not-echoed", "invalid-key-rejected"}),
-    "ignores-the-tool-name": ("ignores_the_tool_name.py", {"different-requests-conflict"}),
-    "refuses-keys-that-are-not-plain-ascii": ("refuses_keys_that_are_not_plain_ascii.py", {"odd-keys-are-keys"}),
-    "runs-in-flight-duplicates": (
-        "runs_in_flight_duplicates.py",
-        {
-            "in-flight-duplicate-not-executed",
-            "in-flight-duplicate-rejected-at-once",
-            "in-progress-error-data",
-            "cancelled-call-runs-once",
-        },
-    ),
-    "never-forgets-a-key": ("never_forgets_a_key.py", {"retention-window"}),
-    "compares-meta-too": ("compares_meta_too.py", {"equivalence-meta-ignored"}),
-    "compares-numbers-as-spelled": ("compares_numbers_as_spelled.py", {"equivalence-numbers"}),
-    # equivalence-numbers' nested row also spells {"x", "y"} in the other order
-    "compares-members-in-order": (
-        "compares_members_in_order.py",
-        {"equivalence-serialisation", "equivalence-numbers"},
-    ),
-    # Issue 25's four decisions, each broken on the layer, which meets all four.
-    "drops-retryable": ("drops_retryable.py", {"rejection-retryable"}),
-    "advertises-a-longer-key-than-it-takes": ("advertises_a_longer_key_than_it_takes.py", {"capability-settings"}),
-    "compares-integers-as-doubles": ("compares_integers_as_doubles.py", {"large-integers-exact"}),
-    # A live run taken over once its lease passes.
-    "never-renews-its-lease": ("never_renews_its_lease.py", {"live-run-never-taken-over"}),
-    # Issue 26: one principal may fill the whole store.
-    "bounds-only-the-whole-store": ("bounds_only_the_whole_store.py", {"share-per-principal"}),
-    # Issue 24: a lost task handle, an input-required answer, the key's placement, a closed SSE stream.
-    "makes-a-task-per-call": ("makes_a_task_per_call.py", {"task-handle-replayed"}),
-    "keeps-the-question": ("keeps_the_question.py", {"input-required-never-replayed"}),
-    "reads-the-key-in-both-places": ("reads_the_key_in_both_places.py", {"key-only-in-params"}),
-    "reads-the-key-in-both-places-meta": ("reads_the_key_in_both_places.py", {"key-only-in-params"}),
-    "stops-its-run-when-the-stream-closes": ("stops_its_run_when_the_stream_closes.py", {"cancelled-call-runs-once"}),
-}
-
 # Behind authorisation (mcp_idempotency/auth.py): served over HTTP, trusting the real issuer (tests/oauth.py),
 # and checked with Alice's token, Bob's, and Alice's without the charge scope (K2, K3). Their bounded server
 # gives each principal two of its three records (P9'), so that Alice filling hers leaves room for Bob.
@@ -220,6 +122,7 @@ SERVED = {
     "reads-the-key-in-both-places-meta": ("stdio", META, META),  # fails the same check in the other placement
     "stops-its-run-when-the-stream-closes": ("http", ["--sse"], []),  # its stream is closed mid-call (P7)
     **{name: ("http", [], []) for name in AUTHORISED if name in STAND_INS},
+    **{name: ("stdio", switch, []) for name, switch in SWITCHED.items()},
 }
 for name, (script, _) in STAND_INS.items():
     transport, server_options, kit_options = SERVED.get(name, ("stdio", [], []))
