@@ -14,7 +14,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from test_tasks import DECLARED, finished
+from stores import read_store
+from test_tasks import DECLARED, finished, task_call, task_request
 from wire import new_key, start
 
 from mcp_idempotency.stores import Held, Limits, StoreUnavailable, Won, postgres, sqlite
@@ -59,7 +60,7 @@ class Answers(dict):
 
 
 # ----------------------------------------------------------------------------
-# PostgreSQL: the principal's share, the frozen row, a tool's lock
+# PostgreSQL: the principal's share, the frozen row, a tool's lock, the schema's lock
 # ----------------------------------------------------------------------------
 
 
@@ -162,6 +163,32 @@ async def test_a_tools_lock_holds_up_that_name_only_and_only_until_its_unit_of_w
         await store.close()
 
 
+async def test_instances_opening_one_empty_database_take_turns_to_make_its_tables(postgres_url):
+    """P15: instances started together on an empty database make its tables once: each takes the schema's
+    lock first. One holds it, its tables made and not yet committed; another opening waits, then finds them."""
+    import asyncpg
+
+    maker, watcher = await asyncpg.connect(postgres_url), await asyncpg.connect(postgres_url)
+    opened = []
+
+    async def open_store() -> None:
+        opened.append(await postgres.PostgresStore.open(postgres_url, LIMITS))
+
+    try:
+        async with anyio.create_task_group() as opening, maker.transaction():
+            await maker.execute("SELECT pg_advisory_xact_lock(3182)")  # the schema's lock, as open takes it
+            await maker.execute(postgres.SCHEMA)
+            opening.start_soon(open_store)
+            await waiting(watcher, "advisory", 1)
+            assert opened == []
+        [store] = opened
+        assert isinstance(await store.claim("k", FINGERPRINT, ALICE), Won)
+        await store.close()
+    finally:
+        await maker.close()
+        await watcher.close()
+
+
 # ----------------------------------------------------------------------------
 # SQLite: one writer at a time, across processes
 # ----------------------------------------------------------------------------
@@ -201,7 +228,7 @@ async def test_a_claim_waits_aside_while_another_process_writes_the_sqlite_file_
 
 
 # ----------------------------------------------------------------------------
-# Tasks: the task's creation commits before its work reads it
+# Tasks: the task's creation commits before its work reads it; a cancel and a finish, the first wins
 # ----------------------------------------------------------------------------
 
 
@@ -229,3 +256,23 @@ async def test_a_tasks_work_waits_for_its_creation_to_commit_then_runs(postgres_
     finally:
         await watcher.close()
         await anyio.to_thread.run_sync(wire.close)
+
+
+def test_a_cancel_while_a_tasks_charge_is_uncommitted_wins_and_the_charge_rolls_back(postgres_url, monkeypatch):
+    """P24, SEP-2663: the first of a task's finish and a cancel wins. The task's work is held between its
+    charge and its commit (tests/faults, after-charge); a cancel meanwhile takes effect at once, and the
+    work, finding its task no longer working, rolls its charge back."""
+    monkeypatch.setenv("PYTHONPATH", str(FAULTS))
+    monkeypatch.setenv("SEP3182_PAUSE_AT", "after-charge")
+    monkeypatch.setenv("SEP3182_PAUSE_SECONDS", "2")
+    wire = start("2x-http", "--tasks", "--store", postgres_url)
+    try:
+        task_id = task_call(wire, 100, new_key())["result"]["taskId"]
+        wire.wait_for_log("faults: paused at after-charge")
+        assert task_request(wire, "tasks/cancel", task_id)["result"]["resultType"] == "complete"
+        assert f"task {task_id}: cancel took effect" in wire.log()  # before the work's finish, which is held
+        assert finished(wire, task_id)["status"] == "cancelled"
+        wire.wait_for_log(f"task {task_id}: cancelled, its charge rolled back")
+        assert read_store(postgres_url)[0] == {"balance": 0, "charges": 0}
+    finally:
+        wire.close()
