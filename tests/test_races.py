@@ -53,6 +53,7 @@ class Answers(dict):
         self.took: dict[str, float] = {}
 
     async def claim(self, store, key: str, principal: str = ALICE) -> None:
+        """Claim `key` for `principal` on `store`, noting the answer and the time it took."""
         began = anyio.current_time()
         try:
             self[key] = await store.claim(key, FINGERPRINT, principal)
