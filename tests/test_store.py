@@ -246,38 +246,6 @@ async def test_claims_and_completions_at_once_under_any_default_isolation_level_
         await store.close()
 
 
-async def test_a_claim_waiting_on_a_locked_key_answers_in_progress_and_holds_up_no_other_key(postgres_url):
-    """P23, issue 16 finding 2: an instance frozen between its completion and its COMMIT holds its
-    key's row; a retry's takeover waited on it forever, holding the count row, and so did every new key."""
-    import asyncpg
-
-    store = await postgres.PostgresStore.open(postgres_url, Limits(retention=60, lease=WINDOW, max_records=100))
-    frozen = await asyncpg.connect(postgres_url)
-    answers, took = {}, {}
-
-    async def claim(key: str) -> None:
-        began = anyio.current_time()
-        answers[key] = await store.claim(key, FINGERPRINT, ALICE)
-        took[key] = anyio.current_time() - began
-
-    try:
-        await store.claim("k", FINGERPRINT, ALICE)
-        await frozen.execute("BEGIN")
-        await frozen.execute("UPDATE idempotency_records SET owner = owner WHERE key = 'k'")  # then no COMMIT
-        await anyio.sleep(WINDOW * 1.2)  # the lease passes: a retry may take the key over
-        with anyio.move_on_after(WINDOW * 5):
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(claim, "k")  # waits on the frozen row
-                await anyio.sleep(0.1)
-                tasks.start_soon(claim, "another key")
-    finally:
-        await frozen.execute("ROLLBACK")
-        await frozen.close()
-        await store.close()
-    assert answers.get("k") == Held(FINGERPRINT, None) and took["k"] < WINDOW, (answers, took)  # in progress, soon
-    assert isinstance(answers.get("another key"), Won) and took["another key"] < WINDOW / 3, (answers, took)
-
-
 async def test_an_interleaved_claim_on_two_sqlite_stores_is_won_once(tmp_path):
     """P16: the write under the lock re-decides; it never trusts the read made before it
     (issue 16, finding 9: one store reads the key as free, another claims it, the first then writes)."""
