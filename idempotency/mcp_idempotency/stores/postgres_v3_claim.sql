@@ -8,7 +8,9 @@
 -- time the transaction began: a claim that waited is not born older than it is.
 -- The key's row is locked before the count row, and the count row only for as
 -- long as it takes to add one: a claim that waits on a key (its holder frozen
--- before COMMIT) holds up no other key. Whether a record past its deadline may be
+-- before COMMIT) holds up no other principal's key. It does hold its own
+-- principal's share lock meanwhile, so that principal's new keys wait behind it,
+-- for the store's lock wait at most. Whether a record past its deadline may be
 -- taken is `may_take` in mcp_idempotency/stores/__init__.py, written here twice in SQL
 -- (the read, and the insert's WHERE, which re-decides atomically); tests/test_store.py
 -- checks this function against it.
