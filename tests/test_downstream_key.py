@@ -59,7 +59,7 @@ def sent(provider: str) -> int:
         return int(json.load(answer)["sent"])
 
 
-def outbox(store_url: str, provider: str, forwarding: bool, monkeypatch, fault: tuple[str, str] | None = None, *more):
+def outbox(store_url: str, provider: str, forwarding: bool, monkeypatch, fault: tuple[str, str] | None, *more: str):
     """One outbox server on the shared store, sending through `provider`, with a fault if one is given."""
     with monkeypatch.context() as faulty:
         if fault is not None:
@@ -72,6 +72,21 @@ def outbox(store_url: str, provider: str, forwarding: bool, monkeypatch, fault: 
             *more,
             server=MAIL_SERVER,
         )
+
+
+@contextmanager
+def two_outboxes(store_url: str, forwarding: bool, monkeypatch, fault: tuple[str, str] | None, *more: str):
+    """The mail API, a healthy outbox server, and a second one with `fault` (or `more` options): (the API's URL,
+    the healthy one, the other). All stopped at the end, the other woken first if it was frozen."""
+    with mail_provider() as provider:
+        healthy = outbox(store_url, provider, forwarding, monkeypatch, None)
+        other = outbox(store_url, provider, forwarding, monkeypatch, fault, *more)
+        try:
+            yield provider, healthy, other
+        finally:
+            other.process.send_signal(signal.SIGCONT)
+            other.close()
+            healthy.close()
 
 
 def sent_through(wire, key: str) -> dict:
@@ -90,28 +105,23 @@ SLOW_SEND, RETRY_EVERY = 3 * LEASE, 0.5  # seconds
 def test_a_send_three_times_slower_than_its_lease_retried_on_another_instance_is_sent_once(store_url, monkeypatch):
     """P18': no key forwarded, so only the lease keeps the retries from sending: its server renews it, and
     every retry, on the other instance, every half second past the lease, is in progress at once."""
-    with mail_provider() as provider:
-        running = outbox(store_url, provider, False, monkeypatch, None, "--charge-delay", str(SLOW_SEND))
-        other = outbox(store_url, provider, False, monkeypatch)
-        try:
-            original = running.send_call("send_email", EMAIL, key="receipt")
-            running.wait_for_log("claimed: key='receipt'")
-            began, retries = time.monotonic(), []
-            while not running.answered(original):
-                time.sleep(RETRY_EVERY)
-                sent_at = time.monotonic()
-                answer = other.call("send_email", EMAIL, key="receipt")
-                if "result" in answer:  # sent as the original completed: its replay
-                    break
-                assert error_type(answer) == IN_PROGRESS and time.monotonic() - sent_at < RETRY_EVERY, answer
-                retries.append(sent_at - began)
-            outcome = running.reply(original)
-            assert sent(provider) == 1, "a retry took the live run over and sent again"
-            assert max(retries) > 2 * LEASE, retries  # retried well past the lease
-            assert other.call("send_email", EMAIL, key="receipt")["result"] == outcome["result"]
-        finally:
-            other.close()
-            running.close()
+    slow = ("--charge-delay", str(SLOW_SEND))
+    with two_outboxes(store_url, False, monkeypatch, None, *slow) as (provider, other, running):
+        original = running.send_call("send_email", EMAIL, key="receipt")
+        running.wait_for_log("claimed: key='receipt'")
+        began, retries = time.monotonic(), []
+        while not running.answered(original):
+            time.sleep(RETRY_EVERY)
+            sent_at = time.monotonic()
+            answer = other.call("send_email", EMAIL, key="receipt")
+            if "result" in answer:  # sent as the original completed: its replay
+                break
+            assert error_type(answer) == IN_PROGRESS and time.monotonic() - sent_at < RETRY_EVERY, answer
+            retries.append(sent_at - began)
+        outcome = running.reply(original)
+        assert sent(provider) == 1, "a retry took the live run over and sent again"
+        assert max(retries) > 2 * LEASE, retries  # retried well past the lease
+        assert other.call("send_email", EMAIL, key="receipt")["result"] == outcome["result"]
 
 
 @pytest.mark.parametrize("forwarding", FORWARDING)
@@ -122,20 +132,15 @@ def test_a_send_whose_server_died_before_recording_it_is_sent_once_when_the_key_
 ):
     """S4's caveat: the e-mail went, the record did not. The retry runs the tool again on another
     instance; the mail API drops the second send when it carries the same key."""
-    with mail_provider() as provider:
-        survivor = outbox(store_url, provider, forwarding, monkeypatch)
-        victim = outbox(store_url, provider, forwarding, monkeypatch, ("SEP3182_KILL_AT", "after-tool"))
-        try:
-            victim.send_call("send_email", EMAIL, key="receipt")
-            victim.wait_for_log("faults: SIGKILL at after-tool")
-            assert sent(provider) == 1  # sent, and never recorded
-            answer = sent_through(survivor, "receipt")  # in progress until the dead claim's lease passes
-            assert "result" in answer, answer
-            assert sent(provider) == (1 if forwarding else 2)
-            assert survivor.call("send_email", EMAIL, key="receipt")["result"] == answer["result"]  # the replay
-        finally:
-            victim.close()
-            survivor.close()
+    killed = ("SEP3182_KILL_AT", "after-tool")
+    with two_outboxes(store_url, forwarding, monkeypatch, killed) as (provider, survivor, victim):
+        victim.send_call("send_email", EMAIL, key="receipt")
+        victim.wait_for_log("faults: SIGKILL at after-tool")
+        assert sent(provider) == 1  # sent, and never recorded
+        answer = sent_through(survivor, "receipt")  # in progress until the dead claim's lease passes
+        assert "result" in answer, answer
+        assert sent(provider) == (1 if forwarding else 2)
+        assert survivor.call("send_email", EMAIL, key="receipt")["result"] == answer["result"]  # the replay
 
 
 @pytest.mark.parametrize("forwarding", FORWARDING)
@@ -146,21 +151,15 @@ def test_a_frozen_server_taken_over_that_wakes_and_sends_sends_once_when_the_key
 ):
     """P18': a holder that stops renewing (frozen) is taken over once its lease has passed; when it
     wakes, it sends as well. The mail API drops that send when it carries the same key."""
-    with mail_provider() as provider:
-        healthy = outbox(store_url, provider, forwarding, monkeypatch)
-        frozen = outbox(store_url, provider, forwarding, monkeypatch, ("SEP3182_STOP_AT", "after-claim"))
-        try:
-            call = frozen.send_call("send_email", EMAIL, key="receipt")
-            frozen.wait_for_log("faults: SIGSTOP at after-claim")
-            answer = sent_through(healthy, "receipt")  # in progress until the frozen claim's lease passes
-            assert "result" in answer, answer
-            assert sent(provider) == 1
-            frozen.process.send_signal(signal.SIGCONT)
-            late = frozen.reply(call)  # it ran the tool; its completion is fenced off, its caller told to retry
-            assert error_type(late) == IN_PROGRESS, late
-            assert sent(provider) == (1 if forwarding else 2)
-            assert frozen.call("send_email", EMAIL, key="receipt")["result"] == answer["result"]  # the replay
-        finally:
-            frozen.process.send_signal(signal.SIGCONT)
-            frozen.close()
-            healthy.close()
+    stopped = ("SEP3182_STOP_AT", "after-claim")
+    with two_outboxes(store_url, forwarding, monkeypatch, stopped) as (provider, healthy, frozen):
+        call = frozen.send_call("send_email", EMAIL, key="receipt")
+        frozen.wait_for_log("faults: SIGSTOP at after-claim")
+        answer = sent_through(healthy, "receipt")  # in progress until the frozen claim's lease passes
+        assert "result" in answer, answer
+        assert sent(provider) == 1
+        frozen.process.send_signal(signal.SIGCONT)
+        late = frozen.reply(call)  # it ran the tool; its completion is fenced off, its caller told to retry
+        assert error_type(late) == IN_PROGRESS, late
+        assert sent(provider) == (1 if forwarding else 2)
+        assert frozen.call("send_email", EMAIL, key="receipt")["result"] == answer["result"]  # the replay
