@@ -15,10 +15,11 @@ Read it top to bottom, in the order of the SEP: read the key (P1, P2), fingerpri
 the request (P3), claim the key (P16), then conflict, in progress, replay (P4,
 P20), or run the tool and record its outcome in one unit of work with its side
 effect (P6', P7, P17, P18, P23), the claim's lease renewed for as long as the
-tool runs, so a retry never takes over a live run (P18'). A tool whose effect lives in the same store joins
-that unit of work through `keys.transaction()`; one whose effect is elsewhere (an
-e-mail) needs nothing, with S4's caveat: a crash between the effect and the
-record lets the retry send it again.
+tool runs, so a retry never takes over a live run (P18'). A tool whose effect
+lives in the same store joins that unit of work through `keys.transaction()`;
+one whose effect is elsewhere (an e-mail) forwards `keys.downstream_key()` to the
+API that makes it (P27), or else has S4's caveat: a crash between the effect and
+the record lets the retry send it again.
 
 The decisions a subclass may change, one method each: `key_of` (where and what a key
 is), `fingerprint` (what makes two requests the same), `principal` (whose call it is,
