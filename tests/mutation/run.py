@@ -47,7 +47,7 @@ def run(*command: str) -> None:
 
 
 def new_session() -> None:
-    """Every mutant listed, the ones the configuration leaves out marked skipped, and the tests seen to pass unmutated."""
+    """Every mutant listed, those the configuration leaves out marked skipped, the tests seen to pass unmutated."""
     run("cosmic-ray", "init", CONFIG, str(SESSION))
     run("cr-filter-operators", str(SESSION), CONFIG)
     run("cosmic-ray", "baseline", CONFIG)  # a test command that fails anyway would count every mutant killed
