@@ -1,5 +1,6 @@
-"""P6', P9', P18 at their edges on the stores kept in process (memory, SQLite), with a fake clock: the cases
-the mutation run (tests/mutation/) found no test of.
+"""P6', P8, P9, P9', P18 at their edges on the stores kept in process (memory, SQLite), with a fake clock: the
+cases the mutation run (tests/mutation/) found no test of. A fake clock moves by exact sums, so a deadline
+can be met at its very instant.
 """
 
 from contextlib import asynccontextmanager
@@ -17,10 +18,10 @@ ALICE = '["alice"]'
 
 
 @asynccontextmanager
-async def a_store(kind: str, tmp_path, share: int):
-    """A memory or SQLite store with a one-second window, room for far more records than `share`, and its clock."""
+async def a_store(kind: str, tmp_path, *, share: int = 1_000, bound: int = 10_000):
+    """A memory or SQLite store with a one-second window, this share and bound, and its clock."""
     clock = FakeClock()
-    limits = Limits(retention=WINDOW, lease=WINDOW, max_records=10 * share, max_records_per_principal=share)
+    limits = Limits(retention=WINDOW, lease=WINDOW, max_records=bound, max_records_per_principal=share)
     if kind == "memory":
         store = memory.MemoryStore(limits, clock)
     else:
@@ -31,11 +32,11 @@ async def a_store(kind: str, tmp_path, share: int):
         await store.close()
 
 
-async def completed(store, key: str, fingerprint: bytes = FINGERPRINT) -> bool:
+async def completed(store, key: str) -> bool:
     """Claim `key` and complete it, as a keyed call does; whether the completion was recorded."""
-    assert isinstance(await store.claim(key, fingerprint, ALICE), Won)
+    assert isinstance(await store.claim(key, FINGERPRINT, ALICE), Won)
     async with store.transaction() as tx:
-        tx.complete(key, fingerprint, f"done {key}")
+        tx.complete(key, FINGERPRINT, f"done {key}")
     return tx.completed
 
 
@@ -87,3 +88,96 @@ async def test_a_completion_for_another_request_is_fenced_off_whichever_fingerpr
             tx.complete("k", completing, "done")
         assert not tx.completed
         assert await store.claim("k", running, ALICE) == Held(running, None)  # still running, never completed
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_completion_carrying_an_equal_fingerprint_made_anew_is_recorded(kind, tmp_path):
+    """P18: fingerprints are compared by value: a digest computed again for the same request completes it."""
+    async with a_store(kind, tmp_path, share=2) as (store, _):
+        assert isinstance(await store.claim("k", FINGERPRINT, ALICE), Won)
+        async with store.transaction() as tx:
+            tx.complete("k", bytes(bytearray(FINGERPRINT)), "done")  # equal bytes, another object
+        assert tx.completed
+
+
+@pytest.mark.parametrize("kind", STORES)
+@pytest.mark.parametrize("keys", [("a", "z"), ("z", "a")], ids=["rising", "falling"])
+async def test_a_share_counts_every_other_live_key_whatever_their_order(kind, tmp_path, keys):
+    """P9': the walk over a principal's keys skips the claimed key alone, not the keys sorting after it."""
+    held, new = keys
+    async with a_store(kind, tmp_path, share=1) as (store, _):
+        assert isinstance(await store.claim(held, FINGERPRINT, ALICE), Won)
+        assert await store.claim(new, FINGERPRINT, ALICE) == Full()
+
+
+# ----------------------------------------------------------------------------
+# P8, P9, P18: a deadline is passed at its very instant, for the claim, the share and the purge alike
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_record_reads_as_expired_at_the_very_instant_of_its_deadline(kind, tmp_path):
+    async with a_store(kind, tmp_path, share=1) as (store, clock):
+        assert await completed(store, "k")
+        clock.advance(WINDOW)  # exactly its deadline: 1000.0 + 1.0, no rounding
+        assert isinstance(await store.claim("k", FINGERPRINT, ALICE), Won)
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_record_frees_its_place_in_the_share_at_the_very_instant_of_its_deadline(kind, tmp_path):
+    async with a_store(kind, tmp_path, share=1) as (store, clock):
+        assert await completed(store, "old")
+        clock.advance(WINDOW)
+        assert isinstance(await store.claim("new", FINGERPRINT, ALICE), Won)
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_full_store_purges_a_record_at_the_very_instant_of_its_deadline(kind, tmp_path):
+    async with a_store(kind, tmp_path, bound=1) as (store, clock):
+        assert await completed(store, "old")
+        clock.advance(WINDOW)
+        assert isinstance(await store.claim("new", FINGERPRINT, ALICE), Won)
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_full_store_purges_the_records_that_expired_first_and_keeps_the_rest(kind, tmp_path):
+    """P8, P9: completion order is expiry order; the purge frees the expired front, not what came after."""
+    async with a_store(kind, tmp_path, bound=2) as (store, clock):
+        assert await completed(store, "first")
+        clock.advance(WINDOW / 2)
+        assert await completed(store, "second")
+        clock.advance(WINDOW * 0.75)  # the first has expired, the second has not
+        assert isinstance(await store.claim("third", FINGERPRINT, ALICE), Won)
+        assert await store.claim("second", FINGERPRINT, ALICE) == Held(FINGERPRINT, "done second")
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_purge_passes_over_a_running_record_to_the_expired_ones_behind_it_and_keeps_it_running(kind, tmp_path):
+    """P9, P18: the first key to expire runs again; the purge drops the expired one behind it, never the running one."""
+    async with a_store(kind, tmp_path, bound=2) as (store, clock):
+        assert await completed(store, "again") and await completed(store, "expired")
+        clock.advance(WINDOW * 1.5)
+        assert isinstance(
+            await store.claim("again", FINGERPRINT, ALICE), Won
+        )  # running anew, at the expiry order's front
+        assert isinstance(await store.claim("new", FINGERPRINT, ALICE), Won)  # room made by purging "expired"
+        assert await store.claim("again", FINGERPRINT, ALICE) == Held(FINGERPRINT, None)  # still running
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_full_store_lets_a_running_record_whose_lease_passed_be_taken_over(kind, tmp_path):
+    """P9, P18: a takeover reuses its record, so a store full of running records still lets one be taken over."""
+    async with a_store(kind, tmp_path, bound=2) as (store, clock):
+        for key in ("a", "b"):
+            assert isinstance(await store.claim(key, FINGERPRINT, ALICE), Won)
+        clock.advance(WINDOW * 1.5)
+        assert isinstance(await store.claim("a", FINGERPRINT, ALICE), Won)
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_bound_of_hundreds_of_records_is_kept_exactly(kind, tmp_path):
+    """P9: counted as a number whatever its size (past 256, `is` is not `==`)."""
+    async with a_store(kind, tmp_path, bound=300) as (store, _):
+        for n in range(300):
+            assert isinstance(await store.claim(f"k{n}", FINGERPRINT, ALICE), Won)
+        assert await store.claim("one more", FINGERPRINT, ALICE) == Full()
