@@ -8,6 +8,7 @@ import hashlib
 import math
 
 import pytest
+from mcp import types
 
 from mcp_idempotency import rules
 from mcp_idempotency.rules import Placement
@@ -187,3 +188,10 @@ def test_a_rejection_without_a_key_names_none_and_its_detail_follows_the_message
     refused = rules.rejection(rules.INVALID_KEY, detail="got 0 characters")
     assert refused["message"] == "invalid idempotencyKey; got 0 characters"
     assert refused["data"] == {"type": rules.INVALID_KEY, "retryable": False}
+
+
+def test_the_codes_kept_for_the_layer_are_json_rpcs_and_mcps_own():
+    """P5, P6': invalid params for a rejection, internal error for what escapes a tool, and MCP's URL elicitation."""
+    assert rules.ERROR_CODE == types.INVALID_PARAMS
+    assert rules.INTERNAL_ERROR["code"] == types.INTERNAL_ERROR
+    assert rules.URL_ELICITATION_REQUIRED == types.URL_ELICITATION_REQUIRED
