@@ -3,12 +3,26 @@ cases the mutation run (tests/mutation/) found no test of. A fake clock moves by
 can be met at its very instant.
 """
 
+import dataclasses
+import sqlite3
 from contextlib import asynccontextmanager
 
 import pytest
 from conftest import FakeClock
 
-from mcp_idempotency.stores import Full, Held, Limits, Won, memory, sqlite
+from mcp_idempotency.stores import (
+    Full,
+    Held,
+    Limits,
+    OtherSchema,
+    Won,
+    checked_url,
+    memory,
+    must_create,
+    must_upgrade,
+    open_store,
+    sqlite,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("2x-stdio", "2x-http")]
 
@@ -181,3 +195,97 @@ async def test_a_bound_of_hundreds_of_records_is_kept_exactly(kind, tmp_path):
         for n in range(300):
             assert isinstance(await store.claim(f"k{n}", FINGERPRINT, ALICE), Won)
         assert await store.claim("one more", FINGERPRINT, ALICE) == Full()
+
+
+# ----------------------------------------------------------------------------
+# A unit of work's own statements
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_query_changes_no_rows_and_fetchone_answers_its_first_row(kind, tmp_path):
+    async with a_store(kind, tmp_path) as (store, _), store.transaction() as tx:
+        assert await tx.execute("SELECT 1") == 0
+        assert await tx.fetchone("SELECT 1 UNION ALL SELECT 2") == (1,)
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_constraint_a_tools_statement_breaks_is_the_tools_error_and_its_unit_of_work_goes_on(kind, tmp_path):
+    """P23: the tool's own error is its outcome, not the store failing."""
+    async with a_store(kind, tmp_path) as (store, _), store.transaction() as tx:
+        await tx.execute("CREATE TABLE once (id INTEGER PRIMARY KEY)")
+        await tx.execute("INSERT INTO once VALUES (1)")
+        with pytest.raises(sqlite3.IntegrityError):
+            await tx.execute("INSERT INTO once VALUES (1)")
+        assert tx.failure is None and await tx.fetchone("SELECT count(*) FROM once") == (1,)
+
+
+# ----------------------------------------------------------------------------
+# The limits, the schema versions and the URLs every store keeps to
+# ----------------------------------------------------------------------------
+
+
+def test_the_limits_are_fixed_once_made_and_default_to_a_thirty_second_lease():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Limits().lease = 1  # type: ignore[misc]
+    assert Limits().lease == 30
+
+
+@pytest.mark.parametrize(("lease", "wait"), [(3, 1), (60, 10)])
+def test_a_statement_waits_a_third_of_the_lease_and_ten_seconds_at_most(lease, wait):
+    assert Limits(lease=lease).wait == wait
+
+
+URL = "sqlite:/s.db"
+
+
+@pytest.mark.parametrize(("found", "create"), [(0, True), (3, False)])
+def test_a_store_is_created_where_there_is_none_and_used_at_this_version(found, create):
+    assert must_create(URL, found, "otherwise") is create
+
+
+@pytest.mark.parametrize(("found", "upgrade"), [(2, True), (3, False)])
+def test_the_upgrade_moves_version_two_and_leaves_this_version(found, upgrade):
+    assert must_upgrade(URL, found, "otherwise") is upgrade
+
+
+REFUSED = [
+    (
+        must_create,
+        2,
+        "holds schema version 2, and this code reads version 3; upgrade it in place with: "
+        f"mcp-idempotency-store upgrade {URL}",
+    ),
+    (must_create, 1, "holds schema version 1, and this code reads version 3; otherwise"),
+    (must_create, 4, "holds schema version 4, and this code reads version 3; otherwise"),
+    (must_upgrade, 0, "holds no store, so there is nothing to upgrade: a server creates one there as it starts"),
+    (must_upgrade, 1, "holds schema version 1, and this code reads version 3; otherwise"),
+    (must_upgrade, 4, "holds schema version 4, and this code reads version 3; otherwise"),
+]
+
+
+@pytest.mark.parametrize(("check", "found", "said"), REFUSED)
+def test_any_other_version_is_refused_in_one_line_that_says_what_to_do(check, found, said):
+    with pytest.raises(OtherSchema) as refused:
+        check(URL, found, "otherwise")
+    assert str(refused.value) == f"it {said}"
+
+
+def test_the_upgrade_of_a_file_that_is_not_there_makes_none(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        sqlite.upgrade(str(tmp_path / "none.db"))
+    assert not (tmp_path / "none.db").exists()
+
+
+@pytest.mark.parametrize("url", ["bogus", "sqlite:", "sqlite"])
+def test_a_url_naming_no_store_is_refused(url):
+    with pytest.raises(ValueError, match="unknown store"):
+        checked_url(url)
+
+
+async def test_a_memory_url_read_at_run_time_opens_the_memory_store():
+    """A URL comes from the command line, a string made at run time: it is compared by value."""
+    url = "".join(["mem", "ory"])
+    assert checked_url(url) == url
+    async with open_store(url, Limits()) as store:
+        assert isinstance(store, memory.MemoryStore)
