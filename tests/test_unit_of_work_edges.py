@@ -115,6 +115,18 @@ async def test_a_completion_carrying_an_equal_fingerprint_made_anew_is_recorded(
 
 
 @pytest.mark.parametrize("kind", STORES)
+@pytest.mark.parametrize(("running", "other"), [(b"a request", b"z request"), (b"z request", b"a request")])
+async def test_a_passed_lease_is_never_taken_over_by_another_request_whichever_fingerprint_sorts_first(
+    kind, tmp_path, running, other
+):
+    """P18: only the same request takes a running key over; another one is a conflict, whatever its digest."""
+    async with a_store(kind, tmp_path) as (store, clock):
+        assert isinstance(await store.claim("k", running, ALICE), Won)
+        clock.advance(WINDOW * 1.5)
+        assert await store.claim("k", other, ALICE) == Held(running, None)
+
+
+@pytest.mark.parametrize("kind", STORES)
 @pytest.mark.parametrize("keys", [("a", "z"), ("z", "a")], ids=["rising", "falling"])
 async def test_a_share_counts_every_other_live_key_whatever_their_order(kind, tmp_path, keys):
     """P9': the walk over a principal's keys skips the claimed key alone, not the keys sorting after it."""
@@ -231,7 +243,7 @@ def test_the_limits_are_fixed_once_made_and_default_to_a_thirty_second_lease():
     assert Limits().lease == 30
 
 
-@pytest.mark.parametrize(("lease", "wait"), [(3, 1), (60, 10)])
+@pytest.mark.parametrize(("lease", "wait"), [(4, 4 / 3), (60, 10)])
 def test_a_statement_waits_a_third_of_the_lease_and_ten_seconds_at_most(lease, wait):
     assert Limits(lease=lease).wait == wait
 
@@ -289,3 +301,12 @@ async def test_a_memory_url_read_at_run_time_opens_the_memory_store():
     assert checked_url(url) == url
     async with open_store(url, Limits()) as store:
         assert isinstance(store, memory.MemoryStore)
+
+
+async def test_a_sqlite_store_reopened_with_a_lower_bound_than_it_holds_refuses_new_keys(tmp_path):
+    """P9: the count kept in the file may pass a bound lowered since: the store is then full, not unbounded."""
+    async with a_store("sqlite", tmp_path, bound=3) as (store, _):
+        for key in ("a", "b", "c"):
+            assert isinstance(await store.claim(key, FINGERPRINT, ALICE), Won)
+    async with a_store("sqlite", tmp_path, bound=2) as (store, _):
+        assert await store.claim("d", FINGERPRINT, ALICE) == Full()
