@@ -1,6 +1,6 @@
 """The suite measures itself: cosmic-ray mutates the rules and the unit of work, and the in-process tests must notice.
 
-    python3 tests/mutation/run.py      mutate, test each mutant, report (resumes a session left unfinished)
+    python3 tests/mutation/run.py      mutate, test each mutant, report (resumes a session left unfinished; ~25 min)
 
 It needs the suite's environments first (`python3 tests/run.py --co -q` makes them), and makes its own,
 tests/mutation/.venv, for cosmic-ray alone (requirements.txt here): nothing else installs it, and CI
