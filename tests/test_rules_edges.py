@@ -195,3 +195,44 @@ def test_the_codes_kept_for_the_layer_are_json_rpcs_and_mcps_own():
     assert rules.ERROR_CODE == types.INVALID_PARAMS
     assert rules.INTERNAL_ERROR["code"] == types.INTERNAL_ERROR
     assert rules.URL_ELICITATION_REQUIRED == types.URL_ELICITATION_REQUIRED
+
+
+# ----------------------------------------------------------------------------
+# P30: what a retry declares; P27: the downstream key
+# ----------------------------------------------------------------------------
+
+UI = {"mimeTypes": ["text/html"]}
+
+
+def test_a_request_declares_what_its_meta_holds_under_the_client_capabilities_and_nothing_else():
+    meta = {"_meta": {rules.CLIENT_CAPABILITIES: {"elicitation": {}}, "other": {"sampling": {}}}}
+    assert rules.declared(meta) == {"elicitation": {}}
+    assert rules.declared({}) == rules.declared({"_meta": {rules.CLIENT_CAPABILITIES: "tasks"}}) == {}
+
+
+@pytest.mark.parametrize(
+    ("original", "retry", "missing"),
+    [
+        ({}, {"elicitation": {}}, {}),
+        ({"elicitation": {}}, {"elicitation": {"form": {}}}, {}),  # its settings aside: declared is declared
+        ({"elicitation": {}, "sampling": {}}, {"sampling": {}}, {"elicitation": {}}),
+        ({"extensions": {"ui": UI, "tasks": {}}}, {"extensions": {"tasks": {}}}, {"extensions": {"ui": UI}}),
+        ({"extensions": {"ui": UI}}, {}, {"extensions": {"ui": UI}}),
+        ({"extensions": {"ui": UI}}, {"extensions": "all"}, {"extensions": {"ui": UI}}),
+        ({"extensions": {}}, {}, {}),
+    ],
+)
+def test_a_retry_is_missing_each_capability_and_extension_the_original_declared_and_it_does_not(
+    original, retry, missing
+):
+    assert rules.undeclared(original, retry) == missing
+
+
+def test_the_downstream_key_is_one_per_principals_key_and_request_and_reveals_neither():
+    key = rules.scoped_key(("issuer", "alice"), "order-1")
+    forwarded = rules.downstream_key(key, b"fingerprint")
+    expected = hashlib.sha256(b"mcp-idempotency downstream key\0" + key.encode() + b"\0fingerprint").hexdigest()
+    assert forwarded == expected and len(forwarded) == 64
+    assert "order-1" not in forwarded and "alice" not in forwarded
+    assert forwarded != rules.downstream_key(rules.scoped_key(("issuer", "bob"), "order-1"), b"fingerprint")
+    assert forwarded != rules.downstream_key(key, b"another request")

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic_core import to_json
 
 __all__ = [
+    "CLIENT_CAPABILITIES",
     "CONFLICT",
     "ERROR_CODE",
     "EXTENSION_ID",
