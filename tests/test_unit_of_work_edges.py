@@ -141,28 +141,22 @@ async def test_a_share_counts_every_other_live_key_whatever_their_order(kind, tm
 # ----------------------------------------------------------------------------
 
 
+# What meets the record whose deadline has just come: its own key claimed again (the record reads as
+# expired), a new key of its principal at the share (its place is free), a new key in a full store (purged).
+AT_THE_DEADLINE = [
+    pytest.param({"share": 1}, "k", id="its-key-is-new"),
+    pytest.param({"share": 1}, "new", id="its-place-in-the-share-is-free"),
+    pytest.param({"bound": 1}, "new", id="a-full-store-purges-it"),
+]
+
+
 @pytest.mark.parametrize("kind", STORES)
-async def test_a_record_reads_as_expired_at_the_very_instant_of_its_deadline(kind, tmp_path):
-    async with a_store(kind, tmp_path, share=1) as (store, clock):
+@pytest.mark.parametrize(("bounds", "claimed"), AT_THE_DEADLINE)
+async def test_a_record_has_passed_its_deadline_at_its_very_instant(kind, bounds, claimed, tmp_path):
+    async with a_store(kind, tmp_path, **bounds) as (store, clock):
         assert await completed(store, "k")
         clock.advance(WINDOW)  # exactly its deadline: 1000.0 + 1.0, no rounding
-        assert isinstance(await store.claim("k", FINGERPRINT, ALICE), Won)
-
-
-@pytest.mark.parametrize("kind", STORES)
-async def test_a_record_frees_its_place_in_the_share_at_the_very_instant_of_its_deadline(kind, tmp_path):
-    async with a_store(kind, tmp_path, share=1) as (store, clock):
-        assert await completed(store, "old")
-        clock.advance(WINDOW)
-        assert isinstance(await store.claim("new", FINGERPRINT, ALICE), Won)
-
-
-@pytest.mark.parametrize("kind", STORES)
-async def test_a_full_store_purges_a_record_at_the_very_instant_of_its_deadline(kind, tmp_path):
-    async with a_store(kind, tmp_path, bound=1) as (store, clock):
-        assert await completed(store, "old")
-        clock.advance(WINDOW)
-        assert isinstance(await store.claim("new", FINGERPRINT, ALICE), Won)
+        assert isinstance(await store.claim(claimed, FINGERPRINT, ALICE), Won)
 
 
 @pytest.mark.parametrize("kind", STORES)
