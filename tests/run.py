@@ -1,6 +1,6 @@
 """Every test from a fresh clone: make the two environments the suite needs, then run pytest.
 
-    python3 tests/run.py             the quick set: every test but the slow ones, in two processes (9 min on 2 cores)
+    python3 tests/run.py             the quick set: every test but the slow ones, in two processes (10 min on 2 cores)
     python3 tests/run.py -m slow     any pytest options replace the default -m "not slow" -n 2
 
 The two SDKs cannot share one environment, so there are two: .venv (mcp 1.x, pytest)
