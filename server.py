@@ -78,6 +78,7 @@ MESSAGES = {
 }
 URL_ELICITATION_REQUIRED = -32042  # "finish this in the browser, then send the same request again"
 INTERNAL_ERROR = types.ErrorData(code=-32603, message="Internal error: the tool call failed unexpectedly")
+DEADLINE_PASSED = "the tool did not finish in {:g} s and was stopped; its effect is unknown: check, then use a new key"
 
 # K2: records are scoped to the authorisation boundary that governs the call: on stdio, this
 # process's one client (P10''). A port to HTTP puts the caller's principal (issuer, subject) here.
@@ -164,8 +165,7 @@ async def run_once(scoped_key: tuple[str, str], fingerprint: bytes, request: typ
                 outcome = await call_tool(request)
         except TimeoutError:  # recorded, so the key answers this for its window and never runs the tool again
             log.warning("deadline passed: key=%r, the run was stopped", scoped_key[1])
-            outcome = types.ErrorData(code=-32603, message=f"the tool did not finish in {deadline:g} s and was "
-                                      "stopped; whether its effect happened is unknown: check, then use a new key")
+            outcome = types.ErrorData(code=INTERNAL_ERROR.code, message=DEADLINE_PASSED.format(deadline))
         except McpError as error:
             outcome = error.error
         except Exception:  # P6': kept as an internal error, so the key never stays running

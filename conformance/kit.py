@@ -1510,14 +1510,13 @@ def live_run_never_taken_over(server: Server) -> dict:
     sent every half second, past the lease, until the original answers: each is refused as in progress
     while the original still runs (none takes the key over, none waits for the run); other arguments
     under the key are a conflict; the original gets a result, the key replays it, and one charge was made."""
-    key, before = new_key(), server.count()
+    key, before, lease = new_key(), server.count(), server.options.short_lease
     original, began = server.send_charge(100, key), time.monotonic()
     retries, changed, outcome = [], None, None
     while not server.answered(original):
         time.sleep(RETRY_EVERY)
         retry, sent_at = server.send_charge(100, key), time.monotonic() - began
         answer, waited = server.reply(retry), time.monotonic() - began - sent_at
-        lease = server.options.short_lease
         sent = f"the same request, sent {sent_at:.1f} s into a {lease:g} s lease while the original ran,"
         # At once: a run taken over, or a retry queued behind the run, is answered seconds later.
         expect(waited < TAKEN_OVER, f"{sent} was answered only {waited:.1f} s later: it took over or waited")

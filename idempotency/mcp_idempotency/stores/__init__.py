@@ -123,7 +123,7 @@ def may_take(status: str, stored_fingerprint: bytes, deadline_passed: bool, fing
 # failing sooner gives the key back while the client still retries.
 LONGEST_WAIT = 10.0
 # P18': how long a holder that stopped renewing (killed, frozen, cut off) keeps its key;
-# a live one renews every third of it, however long its tool runs.
+# a live one renews every quarter of it, however long its tool runs.
 LEASE_SECONDS = 30.0
 
 
