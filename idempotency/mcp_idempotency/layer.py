@@ -26,7 +26,7 @@ is), `fingerprint` (what makes two requests the same), `principal` (whose call i
 given to the constructor), `store_key` and `share_of` (how records are scoped and
 counted), `answer` (what a record that holds the key gives a retry), `never_kept`
 (which outcomes are not recorded), `run_scope` (what may stop a keyed run),
-`keep_alive` (how the running claim's lease is renewed) and `advertised` (the
+`keep_alive` (how the leases of running claims are renewed) and `advertised` (the
 capability). `intercept_tool_call` is the algorithm itself.
 
 Ids such as S1 (a rule of SEP-3182, as this project lists them) and P9 (a position
@@ -219,7 +219,8 @@ class Idempotency(Extension):
         self.tables = tuple(tables)  # the tools' own schema statements, made as the store opens (open_store)
         self.placement = placement  # P26: it decides only where the key is read and the capability written
         self._store: Store | None = None
-        self._renewals: anyio.abc.TaskGroup | None = None  # P18': one task per running claim, while the server runs
+        self._renewals: anyio.abc.TaskGroup | None = None  # P18': the renewals, while the server runs
+        self._running: dict[tuple[str, str], str] = {}  # P18': (store key, owner) -> key, of every claim run here
         self.applied = False  # by an MCPServer, given extensions=[keys]
         self.shared_key_space_told = False  # said once: over HTTP without authorisation, one key space
 
@@ -238,6 +239,7 @@ class Idempotency(Extension):
             raise RuntimeError(refusal)
         async with open_store(self.store_url, self.limits, self.tables) as store, anyio.create_task_group() as renewals:
             self._store, self._renewals = store, renewals
+            renewals.start_soon(self.keep_alive)
             try:
                 yield self
             finally:
@@ -429,31 +431,37 @@ class Idempotency(Extension):
 
     @contextmanager
     def lease_kept(self, key: str, store_key: str, owner: str) -> Iterator[None]:
-        """P18': while the tool runs, its claim's lease is renewed (`keep_alive`), and no longer once it ends."""
-        if self._renewals is None:
-            raise RuntimeError(NOT_OPEN)
-        renewal = anyio.CancelScope()
-        self._renewals.start_soon(self.keep_alive, key, store_key, owner, renewal)
+        """P18': while the tool runs, its claim is one of those `keep_alive` renews, and no longer once it ends."""
+        # A set the renewals read, not a task per call: a call that ends within a quarter
+        # lease (nearly all of them) costs a dict entry, not a task started and cancelled.
+        self._running[store_key, owner] = key
         try:
             yield
         finally:
-            renewal.cancel()
+            self._running.pop((store_key, owner), None)
 
-    async def keep_alive(self, key: str, store_key: str, owner: str, renewal: anyio.CancelScope) -> None:
-        """P18': renew the claim every quarter lease until `renewal` is cancelled or the claim is no longer ours."""
+    async def keep_alive(self) -> None:
+        """P18': every quarter lease, renew the claim of every call this instance is running."""
         # A live run is never taken over, however long its tool runs: only a holder that
         # stopped renewing (killed, frozen, cut off from the store) loses its key, once a
-        # whole lease has passed. A quarter lease leaves room for a renewal that waited its
-        # longest (a third of the lease, Limits.wait) to fail and the next to succeed.
-        with renewal:
-            while True:
-                await anyio.sleep(self.limits.lease / 4)
-                try:
-                    if not await self.store.renew(store_key, owner):  # completed, taken over or forgotten
-                        log.debug("renewals end: key=%r is no longer held by this claim", key)
-                        return
-                except StoreUnavailable as error:
-                    log.warning("lease not renewed: key=%r (%s)", key, error)
+        # whole lease has passed. Each renewal is a task of its own, started on the beat, so
+        # one that waits its longest (a third of the lease, Limits.wait) and fails delays
+        # neither the others nor the next beat's, which then still lands in time.
+        if self._renewals is None:
+            raise RuntimeError(NOT_OPEN)
+        while True:
+            await anyio.sleep(self.limits.lease / 4)
+            for (store_key, owner), key in list(self._running.items()):
+                self._renewals.start_soon(self.renew, key, store_key, owner)
+
+    async def renew(self, key: str, store_key: str, owner: str) -> None:
+        """P18': one claim's lease renewed; a claim no longer ours (completed, taken over, forgotten) is let go."""
+        try:
+            if not await self.store.renew(store_key, owner):
+                log.debug("renewals end: key=%r is no longer held by this claim", key)
+                self._running.pop((store_key, owner), None)
+        except StoreUnavailable as error:
+            log.warning("lease not renewed: key=%r (%s)", key, error)
 
     def never_kept(self, outcome: Outcome) -> bool:
         """P6', P25: is this an outcome that asks for the request again (-32042, input required), never recorded?"""

@@ -1,8 +1,6 @@
 """A stand-in for the 2.x ledger server that breaks one rule: it never renews the lease of a running call, so a
 retry sent once the lease has passed takes a live run over and runs the tool a second time."""
 
-import anyio
-
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency_demo import ledger_server
 
@@ -10,7 +8,7 @@ from mcp_idempotency_demo import ledger_server
 class NeverRenewsItsLease(Idempotency):
     """The layer, its claims left to lapse while their tools still run."""
 
-    async def keep_alive(self, key: str, store_key: str, owner: str, renewal: anyio.CancelScope) -> None:
+    async def keep_alive(self) -> None:
         """No renewal at all."""
 
 
