@@ -43,7 +43,9 @@ def written(tmp_path: Path, specification: str) -> list[dict[str, str]]:
 
 
 def test_each_normative_sentence_of_the_specification_is_one_row_and_a_may_sentence_none(tmp_path):
-    found = written(tmp_path, "A server **MUST** declare it. A server **MAY** log it. Servers **SHOULD** state the window.")
+    found = written(
+        tmp_path, "A server **MUST** declare it. A server **MAY** log it. Servers **SHOULD** state the window."
+    )
     assert [row["text"] for row in found] == ["A server MUST declare it.", "Servers SHOULD state the window."]
     assert [row.get("check") for row in found] == ["sep-3182-capability-advertised", "sep-3182-retention-stated"]
 
