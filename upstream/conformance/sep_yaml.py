@@ -134,7 +134,9 @@ def requirements(text: str) -> list[dict[str, str]]:
 
 
 def quoted(text: str) -> str:
-    """A YAML single-quoted scalar."""
+    """A YAML quoted scalar, as the suite's prettier writes it: single quotes, double where that saves escapes."""
+    if "'" in text and '"' not in text and "\\" not in text:
+        return f'"{text}"'
     return "'" + text.replace("'", "''") + "'"
 
 

@@ -72,13 +72,11 @@ app.post('/mcp', async (req, res) => {
         content: [{ type: 'text', text: `charged (charge #${charges})` }]
       });
     default:
-      return res
-        .status(404)
-        .json({
-          jsonrpc: '2.0',
-          id,
-          error: { code: -32601, message: 'Method not found' }
-        });
+      return res.status(404).json({
+        jsonrpc: '2.0',
+        id,
+        error: { code: -32601, message: 'Method not found' }
+      });
   }
 });
 
