@@ -11,9 +11,9 @@
  * fixture tools: a charge whose every execution is counted, and a read of
  * that count.
  *
- * Not covered here: keys scoped per principal. A server scenario connects
- * with no credential, so it cannot speak as two principals; and the window,
- * the store's bound and several instances, which need a server started
+ * Not covered here: keys scoped per principal (a server scenario connects
+ * with no credential, so it cannot speak as two principals), nor the window,
+ * the store's bound or several instances, which need a server started
  * differently.
  */
 
@@ -52,13 +52,50 @@ const LONGEST_KEY = 255; // the SEP's ceiling for maxKeyLength
 const SLOW_SECONDS = 2; // long enough for a repeat to arrive while it runs
 const SETTLE_MS = 500; // the repeat leaves this long after the original
 
-const BEHAVIOUR_CHECKS: ReadonlyArray<readonly [string, string]> = [
-  ['sep-3182-repeat-replays-outcome', 'IdempotencyRepeatReplaysOutcome'],
-  ['sep-3182-conflict-rejected', 'IdempotencyConflictRejected'],
-  ['sep-3182-in-progress-rejected', 'IdempotencyInProgressRejected'],
-  ['sep-3182-invalid-key-rejected', 'IdempotencyInvalidKeyRejected'],
-  ['sep-3182-no-key-runs-every-time', 'IdempotencyNoKeyRunsEveryTime']
-];
+/** A check's identity: the same whether it passes, fails or cannot run. */
+type CheckSpec = { id: string; name: string; description: string };
+
+const CAPABILITY: CheckSpec = {
+  id: 'sep-3182-capability-advertised',
+  name: 'IdempotencyCapabilityAdvertised',
+  description: `Server advertises ${IDEMPOTENCY_EXTENSION_ID} under capabilities.extensions, with well-formed settings`
+};
+const RETENTION: CheckSpec = {
+  id: 'sep-3182-retention-stated',
+  name: 'IdempotencyRetentionStated',
+  description: 'Server states its replay window in retentionSeconds'
+};
+const REPEAT: CheckSpec = {
+  id: 'sep-3182-repeat-replays-outcome',
+  name: 'IdempotencyRepeatReplaysOutcome',
+  description:
+    'A repeat of a finished keyed call gets its recorded outcome, and the tool runs once'
+};
+const CONFLICT: CheckSpec = {
+  id: 'sep-3182-conflict-rejected',
+  name: 'IdempotencyConflictRejected',
+  description:
+    'The key with other arguments is rejected as idempotency_key_conflict, and nothing runs'
+};
+const IN_PROGRESS: CheckSpec = {
+  id: 'sep-3182-in-progress-rejected',
+  name: 'IdempotencyInProgressRejected',
+  description:
+    'A repeat of a running keyed call is rejected at once as idempotency_key_in_progress, and the tool runs once'
+};
+const INVALID_KEY: CheckSpec = {
+  id: 'sep-3182-invalid-key-rejected',
+  name: 'IdempotencyInvalidKeyRejected',
+  description:
+    'An empty, non-string or over-long key is rejected as invalid_idempotency_key before the tool runs, and not echoed'
+};
+const NO_KEY: CheckSpec = {
+  id: 'sep-3182-no-key-runs-every-time',
+  name: 'IdempotencyNoKeyRunsEveryTime',
+  description: 'Two identical calls without a key both run'
+};
+/** The checks that call the fixture tools. */
+const BEHAVIOUR_CHECKS = [REPEAT, CONFLICT, IN_PROGRESS, INVALID_KEY, NO_KEY];
 
 type CallResult = {
   content?: unknown[];
@@ -69,18 +106,15 @@ type CallResult = {
 /** A tools/call's answer: its result, or the JSON-RPC error it got. */
 type Answer = { result?: CallResult; error?: JsonRpcError };
 
+/** The check's result: SUCCESS without errors, else `severity` with them joined. */
 function check(
-  id: string,
-  name: string,
-  description: string,
+  spec: CheckSpec,
   errors: string[],
-  severity: 'FAILURE' | 'WARNING' = 'FAILURE',
-  details?: Record<string, unknown>
+  severity: 'FAILURE' | 'WARNING',
+  details: Record<string, unknown>
 ): ConformanceCheck {
   return {
-    id,
-    name,
-    description,
+    ...spec,
     status: errors.length === 0 ? 'SUCCESS' : severity,
     timestamp: new Date().toISOString(),
     errorMessage: errors.length > 0 ? errors.join('; ') : undefined,
@@ -89,6 +123,7 @@ function check(
   };
 }
 
+/** A fresh key, as a client mints one per logical call. */
 function newKey(): string {
   return crypto.randomUUID();
 }
@@ -143,6 +178,7 @@ function rejectionProblem(answer: Answer, type: string): string | undefined {
   return undefined;
 }
 
+/** Whether a repeat got the outcome the first call got. */
 function sameOutcome(first: Answer, second: Answer): boolean {
   return JSON.stringify(outcomeOf(first)) === JSON.stringify(outcomeOf(second));
 }
@@ -153,10 +189,12 @@ function outcomeOf(answer: Answer): unknown {
   return { content: answer.result?.content, isError: answer.result?.isError };
 }
 
+/** A result that is not a tool error. */
 function succeeded(answer: Answer): boolean {
   return answer.result !== undefined && answer.result.isError !== true;
 }
 
+/** What the SEP allows for a setting. */
 function isPositiveInteger(value: unknown): boolean {
   return typeof value === 'number' && Number.isInteger(value) && value > 0;
 }
@@ -260,22 +298,13 @@ and \`<prefix>/idempotencyKey\`).
         `maxKeyLength MUST be at most ${LONGEST_KEY}; got ${maxKeyLength}`
       );
     }
-    return check(
-      'sep-3182-capability-advertised',
-      'IdempotencyCapabilityAdvertised',
-      `Server advertises ${IDEMPOTENCY_EXTENSION_ID} under capabilities.extensions, with well-formed settings`,
-      errors,
-      'FAILURE',
-      { declared }
-    );
+    return check(CAPABILITY, errors, 'FAILURE', { declared });
   }
 
   /** The window a client may count on is stated, as a SHOULD asks. */
   private retentionStated(): ConformanceCheck {
     return check(
-      'sep-3182-retention-stated',
-      'IdempotencyRetentionStated',
-      'Server states its replay window in retentionSeconds',
+      RETENTION,
       isPositiveInteger(this.settings.retentionSeconds)
         ? []
         : ['retentionSeconds SHOULD state the window'],
@@ -308,23 +337,15 @@ and \`<prefix>/idempotencyKey\`).
 
   /** A missing fixture fails each check it would have run, naming it (the suite's rule). */
   private untestable(reason: string): ConformanceCheck[] {
-    return BEHAVIOUR_CHECKS.map(([id, name]) =>
-      untestableCheck(id, name, `${name} (needs the fixture tools)`, reason, [
-        SEP_3182_REF
-      ])
+    return BEHAVIOUR_CHECKS.map(({ id, name, description }) =>
+      untestableCheck(id, name, description, reason, [SEP_3182_REF])
     );
   }
 
   /** A server that does not declare the extension owes none of its behaviour. */
   private notApplicable(): ConformanceCheck[] {
-    const checks = [
-      ['sep-3182-retention-stated', 'IdempotencyRetentionStated'] as const,
-      ...BEHAVIOUR_CHECKS
-    ];
-    return checks.map(([id, name]) => ({
-      id,
-      name,
-      description: `${name} (applies to a server that declares ${IDEMPOTENCY_EXTENSION_ID})`,
+    return [RETENTION, ...BEHAVIOUR_CHECKS].map((spec) => ({
+      ...spec,
       status: 'SKIPPED',
       timestamp: new Date().toISOString(),
       specReferences: [SEP_3182_REF],
@@ -355,14 +376,7 @@ and \`<prefix>/idempotencyKey\`).
     }
     if (ran !== 1)
       errors.push(`the tool MUST run once for the key; it ran ${ran} times`);
-    return check(
-      'sep-3182-repeat-replays-outcome',
-      'IdempotencyRepeatReplaysOutcome',
-      'A repeat of a finished keyed call gets its recorded outcome, and the tool runs once',
-      errors,
-      'FAILURE',
-      { ran }
-    );
+    return check(REPEAT, errors, 'FAILURE', { ran });
   }
 
   /** The key with other arguments is a conflict, and the tool does not run with them. */
@@ -379,14 +393,7 @@ and \`<prefix>/idempotencyKey\`).
       errors.push(
         `the tool MUST NOT run with the other arguments; it ran ${ran} times`
       );
-    return check(
-      'sep-3182-conflict-rejected',
-      'IdempotencyConflictRejected',
-      'The key with other arguments is rejected as idempotency_key_conflict, and nothing runs',
-      errors,
-      'FAILURE',
-      { ran }
-    );
+    return check(CONFLICT, errors, 'FAILURE', { ran });
   }
 
   /** A repeat while the first call runs is rejected at once, before the first finishes. */
@@ -414,14 +421,7 @@ and \`<prefix>/idempotencyKey\`).
       errors.push(`the original failed: ${JSON.stringify(outcomeOf(first))}`);
     if (ran !== 1)
       errors.push(`the tool MUST run once for the key; it ran ${ran} times`);
-    return check(
-      'sep-3182-in-progress-rejected',
-      'IdempotencyInProgressRejected',
-      'A repeat of a running keyed call is rejected at once as idempotency_key_in_progress, and the tool runs once',
-      errors,
-      'FAILURE',
-      { ran, answeredAfterMs }
-    );
+    return check(IN_PROGRESS, errors, 'FAILURE', { ran, answeredAfterMs });
   }
 
   /** Values that are not keys are refused before the tool runs, and not echoed. */
@@ -450,14 +450,10 @@ and \`<prefix>/idempotencyKey\`).
       errors.push(
         `the tool MUST NOT run for an invalid key; it ran ${ran} times`
       );
-    return check(
-      'sep-3182-invalid-key-rejected',
-      'IdempotencyInvalidKeyRejected',
-      'An empty, non-string or over-long key is rejected as invalid_idempotency_key before the tool runs, and not echoed',
-      errors,
-      'FAILURE',
-      { ran, maxKeyLength: this.maxKeyLength() }
-    );
+    return check(INVALID_KEY, errors, 'FAILURE', {
+      ran,
+      maxKeyLength: this.maxKeyLength()
+    });
   }
 
   /** A call without a key runs every time, as it would without the extension. */
@@ -478,13 +474,6 @@ and \`<prefix>/idempotencyKey\`).
       errors.push(
         `two unkeyed calls MUST run twice; the tool ran ${ran} times`
       );
-    return check(
-      'sep-3182-no-key-runs-every-time',
-      'IdempotencyNoKeyRunsEveryTime',
-      'Two identical calls without a key both run',
-      errors,
-      'FAILURE',
-      { ran }
-    );
+    return check(NO_KEY, errors, 'FAILURE', { ran });
   }
 }
