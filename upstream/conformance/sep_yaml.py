@@ -20,9 +20,12 @@ NORMATIVE = re.compile(r"\b(MUST|SHOULD|SHALL|REQUIRED)\b")
 # The scenario's checks, and what a sentence says when one of them tests it. Tried in
 # order, after the exclusions: the first pattern a sentence matches decides its row.
 CHECKS = (
-    ("sep-3182-in-progress-rejected", r"in[ _]progress|still running|second execution|make the repeat wait"),
+    (
+        "sep-3182-in-progress-rejected",
+        r"in[ _]progress|still running|second execution|make the repeat wait|first execution is alive",
+    ),
     ("sep-3182-conflict-rejected", r"conflict|not equivalent"),
-    ("sep-3182-invalid-key-rejected", r"invalid_idempotency_key|reject any other value|echo the value"),
+    ("sep-3182-invalid-key-rejected", r"(reject|refuse) any other value|echo the value"),
 )
 LATER_CHECKS = (
     ("sep-3182-retention-stated", r"state the window"),
@@ -46,7 +49,7 @@ EXCLUSIONS = (
         "A server scenario connects with no credential: it cannot speak as two principals, nor with a narrowed token.",
     ),
     (r"instances|restart|atomic", "Needs several instances of the server sharing its records, or a restart."),
-    (r"bound the number|bound is reached", "Needs a server started with a small bound on its records."),
+    (r"bound the number|bound (or the share )?is reached", "Needs a server started with a small bound on its records."),
     (r"bounded window|keep a completed record", "Needs a server started with a short window."),
     (r"cancel", "Needs a call cancelled mid-run; the scenario does not cancel."),
     (r"revision", "Needs a server that speaks two protocol revisions."),
@@ -95,8 +98,9 @@ def sentences(text: str) -> list[str]:
 
 
 def subject(sentence: str, previous: str | None) -> str | None:
-    """Who the sentence binds: a client, a server, or (It, They) whoever the one before it bound."""
-    if re.match(r"(A|An|The|Each) client|Clients", sentence):
+    """Who the sentence binds: a client (also after a colon or semicolon), a server, or (It, They) whoever the one
+    before it bound."""
+    if re.match(r"(A|An|The|Each) client|Clients", sentence) or re.search(r"\ba client (MUST|SHOULD)", sentence):
         return "client"
     if re.match(r"(A|An|The|Each) server|Servers", sentence):
         return "server"
