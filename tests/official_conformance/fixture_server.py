@@ -1,4 +1,5 @@
-"""The official conformance suite's task fixtures, served through our Tasks extension (mcp_idempotency_demo/tasks.py).
+"""The official conformance suite's task fixtures, served through our Tasks extension (mcp_idempotency_demo/tasks.py),
+and the fixtures of the idempotency scenario drafted for it (upstream/conformance/).
 
 The suite's task scenarios call tools by name (`greet`, `slow_compute`, `failing_job`,
 `protocol_error_job`) that the ledger server does not have, so against it most checks
@@ -9,6 +10,11 @@ fails on what tasks.py does, not on a missing tool. It leaves out the fixtures w
 behaviour tasks.py does not offer (a task that asks for input, `confirm_delete`,
 `multi_input`, `test_tool_with_task`; a tool that requires a task), and
 docs/official-conformance.md says why their checks fail.
+
+The idempotency scenario counts a side effect: `test_idempotent_charge` counts each run,
+`test_idempotent_charge_count` reads the count. The key is read where the extension puts
+it (P26's `_meta` placement, the decided one), so the scenario is run with
+MCP_CONFORMANCE_IDEMPOTENCY_PREFIX=com.example.sep3182 (docs/official-conformance-idempotency.md).
 
     python tests/official_conformance/fixture_server.py --transport http --port 8000 --store sqlite:PATH
 """
@@ -24,6 +30,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
 from mcp_idempotency.layer import Idempotency
+from mcp_idempotency.rules import Placement
 from mcp_idempotency_demo import tasks
 from mcp_idempotency_demo.ledger_server import SERVER_INFO, with_tasks
 
@@ -56,6 +63,20 @@ def fixture_server(keys: Idempotency) -> MCPServer:
         """A task that ends in a JSON-RPC error: SEP-2663's `failed`."""
         raise MCPError(code=mcp_types.INTERNAL_ERROR, message="the job broke")
 
+    charges = {"charges": 0}  # one process: the count the idempotency scenario reads back
+
+    @mcp.tool()
+    async def test_idempotent_charge(amount: int, seconds: float = 0) -> str:
+        """The idempotency scenario's side effect: waits `seconds`, then counts one charge."""
+        await anyio.sleep(seconds)
+        charges["charges"] += 1
+        return f"charged {amount} (charge #{charges['charges']})"
+
+    @mcp.tool(annotations=mcp_types.ToolAnnotations(read_only_hint=True))
+    def test_idempotent_charge_count() -> dict[str, int]:
+        """How many charges have run, as structuredContent.charges."""
+        return dict(charges)
+
     return mcp
 
 
@@ -67,7 +88,7 @@ def main() -> None:
     parser.add_argument("--store", required=True, metavar="sqlite:PATH")
     settings = parser.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
-    keys = Idempotency(settings.store, tables=tasks.TABLES)
+    keys = Idempotency(settings.store, placement=Placement.META, tables=tasks.TABLES)
     app = fixture_server(keys).streamable_http_app(stateless_http=True, json_response=True, host="127.0.0.1")
     uvicorn.run(app, host="127.0.0.1", port=settings.port, log_level="warning")
 

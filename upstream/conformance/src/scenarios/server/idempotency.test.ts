@@ -1,0 +1,123 @@
+import { testContext } from '../../connection/testing';
+import { spawn, ChildProcess } from 'child_process';
+import path from 'path';
+import { IdempotencyScenario } from './idempotency';
+import { DRAFT_PROTOCOL_VERSION } from '../../types';
+
+function startServer(scriptPath: string, port: number): Promise<ChildProcess> {
+  return new Promise((resolve, reject) => {
+    const isWindows = process.platform === 'win32';
+    const proc = spawn('npx', ['tsx', scriptPath], {
+      env: { ...process.env, PORT: port.toString() },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      shell: isWindows
+    });
+    let stderr = '';
+    proc.stderr?.on('data', (d) => (stderr += d.toString()));
+    const timeout = setTimeout(() => {
+      proc.kill('SIGKILL');
+      reject(
+        new Error(`Server ${scriptPath} failed to start within 30s: ${stderr}`)
+      );
+    }, 30000);
+    proc.stdout?.on('data', (data) => {
+      if (data.toString().includes('running on')) {
+        clearTimeout(timeout);
+        resolve(proc);
+      }
+    });
+    proc.on('error', (err) => {
+      clearTimeout(timeout);
+      reject(err);
+    });
+  });
+}
+
+function stopServer(proc: ChildProcess | null): Promise<void> {
+  return new Promise((resolve) => {
+    if (!proc || proc.killed) return resolve();
+    const t = setTimeout(() => {
+      proc.kill('SIGKILL');
+      resolve();
+    }, 5000);
+    proc.once('exit', () => {
+      clearTimeout(t);
+      resolve();
+    });
+    proc.kill('SIGTERM');
+  });
+}
+
+const BEHAVIOUR = [
+  'sep-3182-repeat-replays-outcome',
+  'sep-3182-conflict-rejected',
+  'sep-3182-in-progress-rejected',
+  'sep-3182-invalid-key-rejected'
+];
+
+async function runAgainst(port: number) {
+  const checks = await new IdempotencyScenario().run(
+    testContext(`http://localhost:${port}/mcp`, DRAFT_PROTOCOL_VERSION)
+  );
+  return new Map(checks.map((c) => [c.id, c.status]));
+}
+
+describe('idempotency (SEP-3182)', () => {
+  describe('against the everything-server', () => {
+    let serverProcess: ChildProcess | null = null;
+    const PORT = 3010;
+
+    beforeAll(async () => {
+      serverProcess = await startServer(
+        path.join(
+          process.cwd(),
+          'examples/servers/typescript/everything-server.ts'
+        ),
+        PORT
+      );
+    }, 35000);
+
+    afterAll(async () => {
+      await stopServer(serverProcess);
+    });
+
+    it('passes every check', async () => {
+      const statuses = await runAgainst(PORT);
+      expect(Object.fromEntries(statuses)).toEqual({
+        'sep-3182-capability-advertised': 'SUCCESS',
+        'sep-3182-retention-stated': 'SUCCESS',
+        'sep-3182-repeat-replays-outcome': 'SUCCESS',
+        'sep-3182-conflict-rejected': 'SUCCESS',
+        'sep-3182-in-progress-rejected': 'SUCCESS',
+        'sep-3182-invalid-key-rejected': 'SUCCESS',
+        'sep-3182-no-key-runs-every-time': 'SUCCESS'
+      });
+    }, 20000);
+  });
+
+  describe('against a server that declares the extension and ignores the key', () => {
+    let serverProcess: ChildProcess | null = null;
+    const PORT = 3011;
+
+    beforeAll(async () => {
+      serverProcess = await startServer(
+        path.join(
+          process.cwd(),
+          'examples/servers/typescript/sep-3182-ignores-idempotency-key.ts'
+        ),
+        PORT
+      );
+    }, 35000);
+
+    afterAll(async () => {
+      await stopServer(serverProcess);
+    });
+
+    it('emits FAILURE for every keyed check, and passes the rest', async () => {
+      const statuses = await runAgainst(PORT);
+      for (const id of BEHAVIOUR) expect(statuses.get(id)).toBe('FAILURE');
+      expect(statuses.get('sep-3182-capability-advertised')).toBe('SUCCESS');
+      expect(statuses.get('sep-3182-no-key-runs-every-time')).toBe('SUCCESS');
+    }, 20000);
+  });
+});
