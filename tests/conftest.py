@@ -31,6 +31,9 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "targets(*names): run this test on these targets only (default: all)")
+    config.addinivalue_line(
+        "markers", "quick_targets(*names): the quick set runs it on these; its other targets are slow"
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -69,7 +72,16 @@ def pytest_generate_tests(metafunc):
         targets = TARGETS if marked is None else [name for name in TARGETS if name in marked.args]
         # A module's one server per target (shared_wire, outcome_wire) needs the target chosen per module.
         per_module = {"shared_wire", "outcome_wire"} & set(metafunc.fixturenames)
-        metafunc.parametrize("target", targets, scope="module" if per_module else None)
+        metafunc.parametrize(
+            "target", [target_param(metafunc, name) for name in targets], scope="module" if per_module else None
+        )
+
+
+def target_param(metafunc, target: str):
+    """One target of a test: in the slow set if its `quick_targets` mark leaves that target out of the quick set."""
+    quick = metafunc.definition.get_closest_marker("quick_targets")
+    slow = quick is not None and target not in quick.args
+    return pytest.param(target, marks=[pytest.mark.slow] if slow else [])
 
 
 @pytest.fixture
