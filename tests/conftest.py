@@ -25,7 +25,7 @@ def pytest_addoption(parser):
     parser.addoption(
         "--print-targets",
         action="store_true",
-        help="after collecting, list each test with the targets it runs on (test_conformance.py)",
+        help="after collecting, list each test with the targets it runs on and its tier (test_conformance.py)",
     )
 
 
@@ -59,9 +59,41 @@ def targets_of(item) -> list[str]:
     return [] if marked is None else list(marked.args)
 
 
+# The tiers (CONTRIBUTING.md, tests/CONFORMANCE.md): the conformance kit, black-box against a server; a rule played on
+# a real server over one transport (`target`); the layer, server.py or a store driven in this process; a demo played
+# whole; the documents and the tables kept true; and what none of these is (several instances, faults, the SDKs'
+# clients).
+KIT_MODULES = {"test_kit.py", "test_kit_stand_ins.py", "test_kit_fixture.py"}
+DEMO_MODULES = {"test_demo.py", "test_sdk2_demos.py"}
+DOCS_MODULES = {"test_conformance.py", "test_hygiene.py"}
+IN_PROCESS_MODULES = {
+    "test_store.py",
+    "test_store_rules.py",
+    "test_store_sql.py",
+    "test_races_stores.py",
+    "test_rules_edges.py",
+    "test_unit_of_work_edges.py",
+}
+
+
+def tier_of(item) -> str:
+    """The tier one collected test belongs to: kit, transport, in-process, demo, docs or system."""
+    module = item.path.name
+    callspec = getattr(item, "callspec", None)
+    if module in KIT_MODULES:
+        return "kit"
+    if callspec is not None and "target" in callspec.params:
+        return "transport"
+    if module in IN_PROCESS_MODULES or "dedup" in item.fixturenames:
+        return "in-process"
+    if module in DEMO_MODULES:
+        return "demo"
+    return "docs" if module in DOCS_MODULES else "system"
+
+
 def pytest_report_collectionfinish(config, items):
     if config.getoption("print_targets"):
-        return [f"targets {item.nodeid.split('[')[0]} {','.join(targets_of(item))}" for item in items]
+        return [f"targets {item.nodeid.split('[')[0]} {tier_of(item)} {','.join(targets_of(item))}" for item in items]
     return []
 
 

