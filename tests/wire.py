@@ -39,8 +39,7 @@ SDK2_SETUP = (
 )
 
 TARGETS = ["1x-stdio", "2x-stdio", "2x-http"]
-# The transport tier: the quick set plays a rule the transport adds nothing to on one real transport per SDK
-# (conftest.py's quick_targets mark), the slow set on the others; the kit holds every server to the same rows.
+# Where the quick set plays a rule the transport adds nothing to: one transport per SDK (conftest.py's quick_targets).
 ONE_PER_SDK = ["1x-stdio", "2x-http"]
 
 ABSENT = object()  # a params member that is left out, as opposed to sent as null
