@@ -25,12 +25,15 @@ def pytest_addoption(parser):
     parser.addoption(
         "--print-targets",
         action="store_true",
-        help="after collecting, list each test with the targets it runs on (test_conformance.py)",
+        help="after collecting, list each test with the targets it runs on and its tier (test_conformance.py)",
     )
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "targets(*names): run this test on these targets only (default: all)")
+    config.addinivalue_line(
+        "markers", "quick_targets(*names): the quick set runs it on these; its other targets are slow"
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -56,9 +59,41 @@ def targets_of(item) -> list[str]:
     return [] if marked is None else list(marked.args)
 
 
+# The tiers (CONTRIBUTING.md, tests/CONFORMANCE.md): the conformance kit, black-box against a server; a rule played on
+# a real server over one transport (`target`); the layer, server.py or a store driven in this process; a demo played
+# whole; the documents and the tables kept true; and what none of these is (several instances, faults, the SDKs'
+# clients).
+KIT_MODULES = {"test_kit.py", "test_kit_stand_ins.py", "test_kit_fixture.py"}
+DEMO_MODULES = {"test_demo.py", "test_sdk2_demos.py"}
+DOCS_MODULES = {"test_conformance.py", "test_hygiene.py"}
+IN_PROCESS_MODULES = {
+    "test_store.py",
+    "test_store_rules.py",
+    "test_store_sql.py",
+    "test_races_stores.py",
+    "test_rules_edges.py",
+    "test_unit_of_work_edges.py",
+}
+
+
+def tier_of(item) -> str:
+    """The tier one collected test belongs to: kit, transport, in-process, demo, docs or system."""
+    module = item.path.name
+    callspec = getattr(item, "callspec", None)
+    if module in KIT_MODULES:
+        return "kit"
+    if callspec is not None and "target" in callspec.params:
+        return "transport"
+    if module in IN_PROCESS_MODULES or "dedup" in item.fixturenames:
+        return "in-process"
+    if module in DEMO_MODULES:
+        return "demo"
+    return "docs" if module in DOCS_MODULES else "system"
+
+
 def pytest_report_collectionfinish(config, items):
     if config.getoption("print_targets"):
-        return [f"targets {item.nodeid.split('[')[0]} {','.join(targets_of(item))}" for item in items]
+        return [f"targets {item.nodeid.split('[')[0]} {tier_of(item)} {','.join(targets_of(item))}" for item in items]
     return []
 
 
@@ -69,7 +104,16 @@ def pytest_generate_tests(metafunc):
         targets = TARGETS if marked is None else [name for name in TARGETS if name in marked.args]
         # A module's one server per target (shared_wire, outcome_wire) needs the target chosen per module.
         per_module = {"shared_wire", "outcome_wire"} & set(metafunc.fixturenames)
-        metafunc.parametrize("target", targets, scope="module" if per_module else None)
+        metafunc.parametrize(
+            "target", [target_param(metafunc, name) for name in targets], scope="module" if per_module else None
+        )
+
+
+def target_param(metafunc, target: str):
+    """One target of a test: in the slow set if its `quick_targets` mark leaves that target out of the quick set."""
+    quick = metafunc.definition.get_closest_marker("quick_targets")
+    slow = quick is not None and target not in quick.args
+    return pytest.param(target, marks=[pytest.mark.slow] if slow else [])
 
 
 @pytest.fixture

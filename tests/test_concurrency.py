@@ -6,7 +6,10 @@ others arrive.
 """
 
 import pytest
-from wire import CONFLICT, IN_PROGRESS, error_type, text_of
+from wire import CONFLICT, IN_PROGRESS, ONE_PER_SDK, error_type, text_of
+
+# Rules the transport adds nothing to: the quick set plays them on one real transport per SDK, the slow set on the rest.
+pytestmark = pytest.mark.quick_targets(*ONE_PER_SDK)
 
 CALLS = 50
 

@@ -50,8 +50,8 @@ def functions_defined_in(file_name: str) -> set[str]:
     }
 
 
-def collected_targets() -> dict[str, set[str]]:
-    """`file.py::test_name` -> the targets pytest collects it for (conftest's --print-targets)."""
+def collected() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """`file.py::test_name` -> the targets pytest collects it for, and -> its tiers (conftest's --print-targets)."""
     listing = subprocess.run(
         [
             sys.executable,
@@ -69,13 +69,20 @@ def collected_targets() -> dict[str, set[str]]:
         text=True,
         timeout=120,
     )
-    targets = defaultdict(set)
+    targets, tiers = defaultdict(set), defaultdict(set)
     for line in listing.stdout.splitlines():
         if line.startswith("targets "):
-            _, test, where = line.split(" ", 2)
+            _, test, tier, where = line.split(" ", 3)
             targets[test].update(filter(None, where.split(",")))
+            tiers[test].add(tier)
     assert targets, listing.stdout + listing.stderr
-    return targets
+    return targets, tiers
+
+
+@pytest.fixture(scope="module")
+def collection() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """What pytest collects, read once for the checks below."""
+    return collected()
 
 
 def test_every_sep_row_and_position_has_a_row():
@@ -105,14 +112,28 @@ def test_every_named_check_outside_pytest_exists(path):
     assert (HERE / path).exists()
 
 
-def test_every_row_ran_on_the_targets_it_claims():
+def test_every_row_ran_on_the_targets_it_claims(collection):
     """A row's Targets cell is exactly where pytest collects the tests it names."""
-    collected = collected_targets()
+    targets, _ = collection
     wrong = {}
     for row_id, cells in table_rows().items():
-        named = TEST_REFERENCE.findall(cells[-2])
-        claimed = set(filter(None, (target.strip() for target in cells[-1].split(","))))
-        where = set().union(*(collected.get(f"{file}::{test}", set()) for file, test in named))
+        named = TEST_REFERENCE.findall(cells[-3])
+        claimed = set(filter(None, (target.strip() for target in cells[-2].split(","))))
+        where = set().union(*(targets.get(f"{file}::{test}", set()) for file, test in named))
         if claimed != where:
             wrong[row_id] = f"claims {sorted(claimed)}, its tests ran on {sorted(where)}"
+    assert wrong == {}
+
+
+def test_every_row_names_the_tier_that_owns_it_and_a_test_of_that_tier(collection):
+    """A row's Tier cell is one tier, and some test it names is of that tier (a kit row names a kit check); a row
+    that names no test names no tier."""
+    _, tiers = collection
+    wrong = {}
+    for row_id, cells in table_rows().items():
+        named = TEST_REFERENCE.findall(cells[-3])
+        of_its_tests = set().union(*(tiers.get(f"{file}::{test}", set()) for file, test in named))
+        owner = cells[-1]
+        if (owner or None) not in (of_its_tests or {None}):  # conftest.py's tier_of names the tiers
+            wrong[row_id] = f"names tier {owner!r}, its tests are of {sorted(of_its_tests)}"
     assert wrong == {}

@@ -102,6 +102,7 @@ def sent_through(wire, key: str) -> dict:
 SLOW_SEND, RETRY_EVERY = 3 * LEASE, 0.5  # seconds
 
 
+@pytest.mark.slow  # three leases of a send, in real time, on each store (14 s): a timing run
 def test_a_send_three_times_slower_than_its_lease_retried_on_another_instance_is_sent_once(store_url, monkeypatch):
     """P18': no key forwarded, so only the lease keeps the retries from sending: its server renews it, and
     every retry, on the other instance, every half second past the lease, is in progress at once."""

@@ -21,7 +21,10 @@ import json
 import uuid
 
 import pytest
-from wire import CONFLICT, Wire, text_of
+from wire import CONFLICT, ONE_PER_SDK, Wire, text_of
+
+# Rules the transport adds nothing to: the quick set plays them on one real transport per SDK, the slow set on the rest.
+pytestmark = pytest.mark.quick_targets(*ONE_PER_SDK)
 
 
 def charge(arguments: str) -> str:

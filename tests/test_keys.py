@@ -7,7 +7,10 @@ the ledger before and after, so the rows cannot disturb each other.
 import json
 
 import pytest
-from wire import ABSENT, INVALID_KEY, Wire, error_type
+from wire import ABSENT, INVALID_KEY, ONE_PER_SDK, Wire, error_type
+
+# Rules the transport adds nothing to: the quick set plays them on one real transport per SDK, the slow set on the rest.
+pytestmark = pytest.mark.quick_targets(*ONE_PER_SDK)
 
 ONE_MIB = 1024 * 1024
 

@@ -246,6 +246,33 @@ def test_kit_retention_and_bound_rows_pass_on_every_target(target):
     assert all("unshaped" not in entry["details"] for entry in results), output
 
 
+# What the rule rows of test_keys.py, test_outcomes.py and test_outcome_kinds.py pin, as the kit sees it on the main
+# server alone (two seconds a server): the quick set holds every target to them here, 2x-stdio included, whose
+# own runs of those rows are in the slow set.
+MAIN_SERVER_ROWS = [
+    "sep-3182-capability-declared",
+    "sep-3182-capability-settings",
+    "sep-3182-repeat-executes-once",
+    "sep-3182-replay-not-refreshed",
+    "sep-3182-error-outcome-recorded",
+    "sep-3182-conflict-leaves-the-record",
+    "sep-3182-read-only-tool-deduplicated",
+    "sep-3182-conflict-rejected",
+    "sep-3182-key-only-in-params",
+    "sep-3182-no-key-runs-every-time",
+    "sep-3182-odd-keys-are-keys",
+    "sep-3182-invalid-key-rejected",
+    "sep-3182-oversized-key-not-echoed",
+    "sep-3182-other-methods-ignore-the-key",
+]
+
+
+def test_kit_main_server_rows_pass_on_every_target(target):
+    """Capability, replay, conflict, what a key is and where, and what no key is: every server alike."""
+    results, output = kit_targets.run_kit(target, MAIN_SERVER_ROWS)
+    assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(MAIN_SERVER_ROWS, "SUCCESS"), output
+
+
 @pytest.mark.targets("1x-stdio", "2x-stdio", "2x-http")  # and the TypeScript server, which is no target
 @pytest.mark.parametrize("server", ["1x-stdio", "2x-stdio", "2x-http", "ts-stdio"])
 def test_a_charge_three_times_slower_than_its_lease_is_never_taken_over_on_any_server(server):

@@ -12,7 +12,10 @@ import json
 import os
 
 import pytest
-from wire import ROOT, keyed_call_line, new_key, start, text_of
+from wire import ONE_PER_SDK, ROOT, keyed_call_line, new_key, start, text_of
+
+# Rules the transport adds nothing to: the quick set plays them on one real transport per SDK, the slow set on the rest.
+pytestmark = pytest.mark.quick_targets(*ONE_PER_SDK)
 
 OUTCOME_TOOLS = ROOT / "tests" / "outcome_tools"
 

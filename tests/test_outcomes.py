@@ -8,9 +8,12 @@ import mcp.types as types
 import pytest
 from conftest import stored_keys
 from mcp.shared.exceptions import McpError
-from wire import CONFLICT, error_type, keyed_call_line, new_key, text_of
+from wire import CONFLICT, ONE_PER_SDK, error_type, keyed_call_line, new_key, text_of
 
 from client_demo import tool_call
+
+# Rules the transport adds nothing to: the quick set plays them on one real transport per SDK, the slow set on the rest.
+pytestmark = pytest.mark.quick_targets(*ONE_PER_SDK)
 
 CHANGED_RETRIES = [
     pytest.param(

@@ -72,6 +72,8 @@ def example(name: str, tmp_path, variant: str, *options: str) -> list[str]:
     ]
 
 
+# The whole kit against a server, 24 s a run, as against every server of ours (test_kit.py): the slow set.
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("name", "transport"), [("booking", "stdio"), ("booking", "http"), ("shop", "http")])
 def test_a_server_built_from_the_public_api_alone_passes_every_check_but_those_needing_two_principals(

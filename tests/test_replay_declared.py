@@ -8,7 +8,8 @@ for a retry that declares it."""
 import pytest
 from wire import new_key
 
-pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
+# The 2.x layer's rules, which the transport adds nothing to: the quick set plays them over HTTP, the slow set on stdio.
+pytestmark = [pytest.mark.targets("2x-stdio", "2x-http"), pytest.mark.quick_targets("2x-http")]
 
 CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 UI = "io.modelcontextprotocol/ui"

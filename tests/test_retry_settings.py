@@ -35,6 +35,7 @@ def test_a_minted_key_fits_max_key_length_where_a_uuid_would_not():
     assert "a string of 1 to 20 characters, got 36" in ignoring["outcome"]["message"]  # the server's own words
 
 
+@pytest.mark.slow  # two runs of a 3 s charge against a 1 s window, in real time (9 s): a timing run
 def test_past_retention_seconds_the_policy_gives_up_rather_than_send_what_may_be_a_second_call():
     """A 3 s charge, 0.3 s per attempt, a 1 s window: the policy stops within the window, saying why; told no
     window, the same loop keeps retrying until the charge's replay."""

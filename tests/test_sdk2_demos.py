@@ -115,6 +115,7 @@ def test_client_demo_times_out_and_retries_in_the_sdk_own_way_on_each_transport(
         assert "in progress" in slow_tool and "backing off" in slow_tool and "replayed:" in slow_tool
 
 
+@pytest.mark.slow  # a demo played whole against a stand-in, 8 to 11 s: its verdicts, which test_demo.py checks on 1.x
 def test_client_demo_fails_against_a_server_that_does_not_deduplicate(tmp_path):
     run = play(CLIENT_DEMO, "--transport", "stdio", server=stand_in(tmp_path, NO_DEDUPLICATION))
     assert run.returncode == 1
@@ -122,6 +123,7 @@ def test_client_demo_fails_against_a_server_that_does_not_deduplicate(tmp_path):
     assert verdicts(run.stdout) == ["PASS", "FAIL", "FAIL", "FAIL"]
 
 
+@pytest.mark.slow  # a demo played whole against a stand-in, 8 to 11 s: its verdicts, which test_demo.py checks on 1.x
 def test_client_demo_scenario_1_fails_against_a_server_that_deduplicates_calls_without_a_key(tmp_path):
     """Scenario 1's PASS says the double charge happened: a server that spares it makes the verdict FAIL."""
     run = play(CLIENT_DEMO, "--transport", "stdio", server=stand_in(tmp_path, DEDUPLICATION_WITHOUT_A_KEY))
@@ -148,6 +150,7 @@ def test_client_demo_refuses_to_rely_on_keys_when_the_server_takes_shorter_keys_
     assert verdicts(run.stdout) == []
 
 
+@pytest.mark.slow  # a demo played whole against a stand-in, 8 to 11 s: its verdicts, which test_demo.py checks on 1.x
 def test_client_demo_takes_a_rejection_that_does_not_say_it_is_retryable_as_final():
     """Scenario 4 against tests/stand_ins/drops_retryable.py, whose in-progress rejection carries no data.retryable:
     the demos' loop (harness.call_until_answered) stops at once. Had it branched on data.type, it would back off
@@ -244,6 +247,7 @@ def test_task_demo_plays_a_lost_task_handle_without_and_with_a_key_on_postgresql
     assert verdicts(run.stdout) == ["PASS"] * 2
 
 
+@pytest.mark.slow  # a demo played whole against a stand-in, 8 to 11 s: its verdicts, which test_demo.py checks on 1.x
 def test_task_demo_fails_against_a_server_that_does_not_deduplicate(tmp_path):
     """The key ignored: the retry gets a task of its own, and the second scenario's verdict says so."""
     run = play(TASK_DEMO, server=stand_in(tmp_path, NO_DEDUPLICATION))
@@ -287,6 +291,7 @@ def test_confirm_demo_retries_the_very_continuation_whose_answer_was_lost_on_ano
         assert "✂ the response to request" in scenario and f"replayed: key={key[:8]}…" in scenario
 
 
+@pytest.mark.slow  # a demo played whole against a stand-in, 8 to 11 s: its verdicts, which test_demo.py checks on 1.x
 def test_confirm_demo_fails_against_a_server_that_ignores_the_key():
     """The key ignored: the retried continuation charges again, and the keyed scenarios' verdicts say so."""
     run = play(CONFIRM_DEMO, server=IGNORES_THE_KEY)

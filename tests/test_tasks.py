@@ -19,7 +19,8 @@ import time
 import pytest
 from wire import ABSENT, ENVELOPE, SDK2_SERVER, new_key, sdk2_python, without_id
 
-pytestmark = pytest.mark.targets("2x-stdio", "2x-http")
+# The 2.x layer's rules, which the transport adds nothing to: the quick set plays them over HTTP, the slow set on stdio.
+pytestmark = [pytest.mark.targets("2x-stdio", "2x-http"), pytest.mark.quick_targets("2x-http")]
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 DECLARED = {"io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}}}
