@@ -1,9 +1,11 @@
 """P26: the key as an extension beside the SEP's field, one placement at a time.
 
-The 2.x ledger server started with `--placement meta` reads the key from request
+The 2.x ledger server started with `--placement meta` (its default) reads the key from request
 `params._meta["com.example.sep3182/idempotencyKey"]` and advertises
-`capabilities.extensions["com.example.sep3182/idempotency"]`; with the default it
-reads `params.idempotencyKey` and advertises `capabilities.tools.idempotency`. Each
+`capabilities.extensions["com.example.sep3182/idempotency"]`; with `--placement params` it
+reads `params.idempotencyKey` and advertises `capabilities.tools.idempotency`; with
+`--placement argument` charge_guarded declares the key as its argument `idempotency_key`,
+marked `"x-mcp-idempotency-key": true` in its inputSchema, and nothing is advertised. Each
 placement is the same layer, so replay, conflict and in progress hold in both; a key
 in the other place is no key (P1 for that placement). The names are spelled here as
 the wire carries them, not imported from the server: the tests check the contract.
@@ -43,7 +45,7 @@ def meta_server(server_target):
 
 @pytest.fixture(scope="module")
 def params_server(server_target):
-    """The ledger server in the SEP's placement, the default."""
+    """The ledger server in the SEP's field placement (wire.start names it: the server's default is _meta)."""
     wire = start(server_target)
     yield wire
     wire.close()
@@ -133,6 +135,96 @@ def test_params_placement_still_replays_a_key_in_params(params_server):
     first, retry = params_server.charge(100, key=key), params_server.charge(100, key=key)
     assert retry["result"] == first["result"]
     assert charges(params_server) == before + 1
+
+
+# ----------------------------------------------------------------------------
+# The declared argument: the tool's marked property is the key, and not part of the request
+# ----------------------------------------------------------------------------
+
+MARK = "x-mcp-idempotency-key"
+
+
+@pytest.fixture(scope="module")
+def argument_server(server_target):
+    """The ledger server in the argument placement, its charges slow enough to catch one in flight."""
+    wire = start(server_target, "--placement", "argument", "--charge-delay", str(CHARGE_DELAY))
+    yield wire
+    wire.close()
+
+
+def argument_charge(wire: Wire, key, amount: int = 100, tool: str = "charge_guarded") -> int:
+    """Send a charge with `key` in the argument charge_guarded marks; its id."""
+    return wire.send_call(tool, {"amount": amount, "idempotency_key": key})
+
+
+def test_argument_placement_marks_one_property_of_the_charge_tool_and_no_other_tool(argument_server):
+    tools = {tool["name"]: tool for tool in argument_server.request("tools/list", {})["result"]["tools"]}
+    marked = {
+        name: [prop for prop, schema in tool["inputSchema"].get("properties", {}).items() if schema.get(MARK)]
+        for name, tool in tools.items()
+    }
+    assert marked.pop("charge_guarded") == ["idempotency_key"], tools["charge_guarded"]
+    declared = tools["charge_guarded"]["inputSchema"]["properties"]["idempotency_key"]
+    assert {"type": "string", "maxLength": 255} in declared["anyOf"], declared  # optional: a string, or null
+    assert not any(marked.values()), marked
+
+
+def test_argument_placement_replays_a_finished_call_without_charging_again(argument_server):
+    before, key = charges(argument_server), new_key()
+    first = argument_server.reply(argument_charge(argument_server, key))
+    retry = argument_server.reply(argument_charge(argument_server, key))
+    assert "result" in first and not first["result"].get("isError"), first
+    assert retry["result"] == first["result"]
+    assert charges(argument_server) == before + 1
+
+
+def test_argument_placement_rejects_the_key_reused_with_other_arguments(argument_server):
+    before, key = charges(argument_server), new_key()
+    argument_server.reply(argument_charge(argument_server, key, amount=100))
+    reused = argument_server.reply(argument_charge(argument_server, key, amount=200))
+    assert error_type(reused) == CONFLICT, reused
+    assert charges(argument_server) == before + 1
+
+
+def test_argument_placement_rejects_at_once_a_repeat_of_a_call_still_running(argument_server):
+    before, key = charges(argument_server), new_key()
+    running = argument_charge(argument_server, key)
+    time.sleep(CHARGE_DELAY / 4)
+    started = time.monotonic()
+    repeat = argument_server.reply(argument_charge(argument_server, key))
+    assert error_type(repeat) == IN_PROGRESS, repeat
+    assert time.monotonic() - started < CHARGE_DELAY
+    assert "result" in argument_server.reply(running)
+    assert charges(argument_server) == before + 1
+
+
+def test_argument_placement_refuses_an_invalid_key_and_runs_nothing(argument_server):
+    before = charges(argument_server)
+    refused = argument_server.reply(argument_charge(argument_server, "k" * 256))
+    assert error_type(refused) == INVALID_KEY, refused
+    assert charges(argument_server) == before
+
+
+def test_argument_placement_runs_every_call_with_a_key_in_params_or_meta(argument_server):
+    before, key = charges(argument_server), new_key()
+    for _ in range(2):
+        for answer in (argument_server.charge(100, key=key), argument_server.reply(meta_charge(argument_server, key))):
+            assert "result" in answer and not answer["result"].get("isError"), answer
+    assert charges(argument_server) == before + 4
+
+
+def test_argument_placement_runs_every_call_of_a_tool_without_the_mark(argument_server):
+    before, key = charges(argument_server), new_key()
+    for _ in range(2):
+        answer = argument_server.reply(argument_charge(argument_server, key, tool="charge_unguarded"))
+        assert "result" in answer and not answer["result"].get("isError"), answer
+    assert charges(argument_server) == before + 2
+
+
+def test_argument_placement_advertises_neither_capability(argument_server):
+    advertised = capabilities(argument_server)
+    assert "idempotency" not in advertised.get("tools", {}), advertised
+    assert EXTENSION_ID not in (advertised.get("extensions") or {}), advertised
 
 
 # ----------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from mcp.shared.message import SessionMessage
 from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
 
 # The package's ledger server, as this interpreter runs it; --server replaces it with a script.
-LEDGER_SERVER = ["-m", "mcp_idempotency_demo.ledger_server"]
+LEDGER_SERVER = ["-m", "mcp_idempotency_demo.ledger_server", "--placement", "params"]  # the demo shows the field
 LOG_POLL = 0.01  # seconds between looks at the server's log, so its lines show as they happen
 HELPERS = {"get_balance", "reset_ledger"}  # the demo's own calls: narrated in a line of their own
 RESPONSE_TIMEOUT = 0.5  # seconds; the server answers in milliseconds, so only a lost or slow response times out

@@ -38,7 +38,7 @@ import contextvars
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import anyio.abc
@@ -51,7 +51,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types.methods import is_input_required
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from pydantic_core import from_json, to_json
 
 from . import rules
@@ -212,13 +212,14 @@ class Idempotency(Extension):
         *,
         limits: Limits = Limits(),
         principal: Callable[[], Principal] = one_tenant,
-        placement: Placement = Placement.PARAMS,
+        placement: Placement = rules.DEFAULT_PLACEMENT,
         tables: Sequence[str] = (),
     ):
         self.store_url, self.limits, self.principal = checked_url(store), limits, principal  # a bad URL fails here
         self.tables = tuple(tables)  # the tools' own schema statements, made as the store opens (open_store)
         self.placement = placement  # P26: it decides only where the key is read and the capability written
         self._store: Store | None = None
+        self.key_arguments: dict[str, str] = {}  # P26, argument placement: each marked tool's key property
         self._renewals: anyio.abc.TaskGroup | None = None  # P18': one task per running claim, while the server runs
         self.applied = False  # by an MCPServer, given extensions=[keys]
         self.shared_key_space_told = False  # said once: over HTTP without authorisation, one key space
@@ -236,6 +237,12 @@ class Idempotency(Extension):
         if refusal is not None:
             log.error("%s", refusal)
             raise RuntimeError(refusal)
+        # P26: which tools take a key, and in which argument, read from the tool list once, as the server starts.
+        self.key_arguments = {
+            tool.name: name
+            for tool in await server.list_tools()
+            if (name := rules.marked_argument(tool.input_schema)) is not None
+        }
         async with open_store(self.store_url, self.limits, self.tables) as store, anyio.create_task_group() as renewals:
             self._store, self._renewals = store, renewals
             try:
@@ -254,6 +261,18 @@ class Idempotency(Extension):
     def transaction(self) -> UnitOfWork:
         """P17: a tool's unit of work in the store; under a keyed call it joins the layer's, as a savepoint."""
         return self.store.transaction()
+
+    def key_argument(self) -> Any:
+        """P26, argument placement: the annotation of a tool parameter that carries the key, marked for the
+        protocol, as long as this server takes: `idempotency_key: keys.key_argument() = None`."""
+        return Annotated[
+            str | None,
+            Field(
+                max_length=self.limits.max_key_length,
+                json_schema_extra={rules.ARGUMENT_MARK: True},
+                description="The idempotency key: the client's, one per logical call; never the model's.",
+            ),
+        ]
 
     def downstream_key(self) -> str | None:
         """P27: in a tool run for a keyed call, the key to forward to the API its effect lives in (its
@@ -278,7 +297,7 @@ class Idempotency(Extension):
             raise MCPError(code=rules.INTERNAL_ERROR["code"], message=NOT_OPEN)
         result = as_mapping(await call_next(ctx))
         extensions = result.setdefault("capabilities", {}).get("extensions")
-        if self.placement is Placement.PARAMS and extensions:  # the SEP's field: this layer is no protocol extension
+        if self.placement is not Placement.META and extensions:  # the field, an argument: no protocol extension
             result["capabilities"]["extensions"] = {
                 name: value for name, value in extensions.items() if name != rules.EXTENSION_ID
             }
@@ -329,17 +348,19 @@ class Idempotency(Extension):
     def key_of(self, params: Mapping[str, Any]) -> str | None:
         """P1, P2, P26: the request's key where the placement reads it, or None when it carries none there."""
         # P1: only the placement's own member counts (the sibling of `name` and `arguments`,
-        # or the extension's _meta key); a field of the same name anywhere else, in
-        # `arguments` or in the other placement, is the tool's business, not a key.
+        # the extension's _meta key, or the called tool's marked argument); a field of the
+        # same name anywhere else, or in another placement, is the tool's business, not a key.
         try:
-            return rules.checked_key(rules.sent_key(params, self.placement), self.limits.max_key_length)
+            sent = rules.sent_key(params, self.placement, self.key_arguments.get(params.get("name", "")))
+            return rules.checked_key(sent, self.limits.max_key_length)
         except rules.InvalidKey as bad:
             log.debug("invalid key: %s", bad)
             raise rejection(INVALID_KEY, None, str(bad)) from None
 
     def fingerprint(self, params: Mapping[str, Any]) -> bytes:
         """P3 (E1-E7): the tool's name and its arguments as JSON values; _meta and the key play no part."""
-        return rules.fingerprint(params["name"], params.get("arguments"))
+        key_argument = self.key_arguments.get(params["name"]) if self.placement is Placement.ARGUMENT else None
+        return rules.fingerprint(params["name"], params.get("arguments"), key_argument)
 
     def store_key(self, principal: Principal, key: str) -> str:
         """K2, P21: the key as the store knows it: the principal's, so that no other principal's key can match it."""
