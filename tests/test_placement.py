@@ -312,6 +312,16 @@ def test_the_placement_table_is_what_the_sdks_do():
     assert python["rows"]["params"]["intercept_raw_params"]  # an Extension reads the SEP's key from ctx.params
     assert not python["rows"]["params"]["sent"]  # mcp 2.x's stock client drops the SEP's field
     assert python["rows"]["params"]["capability_typed"] is None  # and its typed capabilities drop tools.idempotency
+    # The options' measured cells: a gateway re-sending the typed request keeps _meta and arguments, not the
+    # field; a client that knows nothing sends no key; only the declared argument is in the model's tool list.
+    gateway = {placement: row["through_a_gateway"] for placement, row in python["rows"].items()}
+    assert gateway == {"params": False, "meta": True, "argument": True}
+    assert not any(row["unaware_client_sends_a_key"] for row in python["rows"].values())
+    in_the_tool_list = {
+        placement: row["marked_property_in_the_stock_tool_list"] for placement, row in python["rows"].items()
+    }
+    assert in_the_tool_list == {"params": False, "meta": False, "argument": True}
+    assert python["rows"]["argument"]["sent"] and python["rows"]["argument"]["intercept_tool_call"]
     for placement in ("params", "meta"):
         assert typescript["rows"][placement]["client_v2"]["sent"], placement
     for server in ("server_v1", "server_v2"):  # sdk 1.32.2's McpServer, and @modelcontextprotocol/server 2.4.0's
