@@ -16,8 +16,10 @@ from importlib.metadata import version
 from typing import Annotated, Any
 
 import anyio
+import httpx2
 import mcp_types
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.extension import Extension
 from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import Context, MCPServer
@@ -190,11 +192,43 @@ async def through_a_gateway(placement: str) -> bool:
     return arrived.get("key") == KEY
 
 
+# SEP-2243's mark for a header; the SDK refuses it on a property that may be null, so this key is a string.
+HeaderKey = Annotated[str, Field(json_schema_extra={"x-mcp-header": "Idempotency-Key", MARK: True})]
+ORIGIN = "http://127.0.0.1:8000"  # served in process (ASGI): no port is opened; a loopback Host the SDK accepts
+
+
+async def mirrored_to_a_header() -> dict[str, str]:
+    """The Mcp-Param-* headers the stock client sends with a call whose key argument is also marked x-mcp-header,
+    over Streamable HTTP on 2026-07-28: what a gateway reads without the body."""
+    server = MCPServer("headers")
+
+    @server.tool()
+    def charge(amount: int, idempotency_key: HeaderKey = "") -> str:
+        return f"charged {amount}"
+
+    headers: dict[str, str] = {}
+
+    async def record(request: httpx2.Request) -> None:
+        if b'"tools/call"' in request.content:
+            headers.update({name: value for name, value in request.headers.items() if name.startswith("mcp-param-")})
+
+    app = server.streamable_http_app(stateless_http=True)
+    async with (
+        server.session_manager.run(),
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app), event_hooks={"request": [record]}) as http,
+        Client(streamable_http_client(f"{ORIGIN}/mcp", http_client=http)) as client,
+    ):
+        await client.list_tools()  # the client learns the tool's header marks from its listing
+        await client.call_tool("charge", {"amount": 1, ARGUMENT: KEY})
+    return headers
+
+
 async def main() -> None:
     rows = {placement: await measure(placement) for placement in ("params", "meta", "argument")}
     for placement, row in rows.items():
         row["through_a_gateway"] = await through_a_gateway(placement)
-    json.dump({"sdk": f"mcp {version('mcp')}", "rows": rows}, sys.stdout)
+    headers = await mirrored_to_a_header()
+    json.dump({"sdk": f"mcp {version('mcp')}", "rows": rows, "mirrored_headers": headers}, sys.stdout)
 
 
 if __name__ == "__main__":

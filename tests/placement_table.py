@@ -103,7 +103,13 @@ def matrix(measured: dict) -> str:
         ]
         for placement, row in measured["rows"].items()
     ]
-    return "\n".join(head + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+    mirrored = ", ".join(f"`{name}: {value}`" for name, value in measured["mirrored_headers"].items())
+    header = (
+        f"\nA key argument also marked `x-mcp-header` (SEP-2243), called by the stock {measured['sdk']} client over "
+        f"Streamable HTTP on 2026-07-28: the headers it sends are {mirrored or '**none**'}. The SDK takes that mark "
+        "only on a property that cannot be null.\n"
+    )
+    return "\n".join(head + ["| " + " | ".join(row) + " |" for row in rows]) + "\n" + header
 
 
 def python_rows(measured: dict) -> list[list[str]]:

@@ -322,6 +322,7 @@ def test_the_placement_table_is_what_the_sdks_do():
     }
     assert in_the_tool_list == {"params": False, "meta": False, "argument": True}
     assert python["rows"]["argument"]["sent"] and python["rows"]["argument"]["intercept_tool_call"]
+    assert python["mirrored_headers"] == {"mcp-param-idempotency-key": "measured-key"}  # what a gateway can read
     for placement in ("params", "meta"):
         assert typescript["rows"][placement]["client_v2"]["sent"], placement
     for server in ("server_v1", "server_v2"):  # sdk 1.32.2's McpServer, and @modelcontextprotocol/server 2.4.0's
