@@ -336,3 +336,32 @@ def test_the_placement_table_is_what_the_sdks_do():
     doc = placement_table.DOC.read_text(encoding="utf-8")
     measured = placement_table.table(python, typescript)
     assert kit_targets.with_table(placement_table.DOC, placement_table.MARKS, measured) == doc
+
+
+def kit_run(tmp_path, server_options: list[str], checks: list[str]) -> tuple[subprocess.CompletedProcess, list]:
+    """The kit, told no placement, against the ledger server started with `server_options`; its run and results."""
+    server = [*kit_targets.ledger_server(), *server_options, "--store", f"sqlite:{tmp_path / 's.db'}"]
+    ran = subprocess.run(
+        [sys.executable, str(kit_targets.KIT), "--command", subprocess.list2cmdline(server)]
+        + ["--json", str(tmp_path / "checks.json")]
+        + [option for check in checks for option in ("--check", check)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return ran, json.loads((tmp_path / "checks.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("server_placement", [[], ["--placement", "params"]], ids=["server_default", "params"])
+def test_the_kit_told_no_placement_uses_the_one_the_server_advertises(tmp_path, server_placement):
+    checks = ["sep-3182-capability-declared", "sep-3182-repeat-executes-once"]
+    ran, results = kit_run(tmp_path, server_placement, checks)
+    assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(checks, "SUCCESS"), ran.stdout
+    assert ran.returncode == 0, ran.stdout
+
+
+def test_the_kit_refuses_a_server_that_only_marks_key_arguments_as_a_wrong_setup(tmp_path):
+    ran, results = kit_run(tmp_path, ["--placement", "argument"], ["sep-3182-capability-declared"])
+    (fixture,) = [entry for entry in results if entry["status"] == "FAILURE"]
+    assert "x-mcp-idempotency-key" in fixture["errorMessage"], ran.stdout
+    assert ", 0 failed, " in ran.stdout.splitlines()[-1], ran.stdout  # no rule of the SEP was judged
