@@ -238,11 +238,8 @@ class Idempotency(Extension):
             log.error("%s", refusal)
             raise RuntimeError(refusal)
         # P26: which tools take a key, and in which argument, read from the tool list once, as the server starts.
-        self.key_arguments = {
-            tool.name: name
-            for tool in await server.list_tools()
-            if (name := rules.marked_argument(tool.input_schema)) is not None
-        }
+        tools = await server.list_tools() if self.placement is Placement.ARGUMENT else []
+        self.key_arguments = {tool.name: name for tool in tools if (name := rules.marked_argument(tool.input_schema))}
         async with open_store(self.store_url, self.limits, self.tables) as store, anyio.create_task_group() as renewals:
             self._store, self._renewals = store, renewals
             try:
@@ -263,16 +260,9 @@ class Idempotency(Extension):
         return self.store.transaction()
 
     def key_argument(self) -> Any:
-        """P26, argument placement: the annotation of a tool parameter that carries the key, marked for the
-        protocol, as long as this server takes: `idempotency_key: keys.key_argument() = None`."""
-        return Annotated[
-            str | None,
-            Field(
-                max_length=self.limits.max_key_length,
-                json_schema_extra={rules.ARGUMENT_MARK: True},
-                description="The idempotency key: the client's, one per logical call; never the model's.",
-            ),
-        ]
+        """P26: a tool's key parameter's annotation, marked, as long as keys here: `k: keys.key_argument() = None`."""
+        marked = Field(max_length=self.limits.max_key_length, json_schema_extra={rules.ARGUMENT_MARK: True})
+        return Annotated[str | None, marked]
 
     def downstream_key(self) -> str | None:
         """P27: in a tool run for a keyed call, the key to forward to the API its effect lives in (its
@@ -347,9 +337,8 @@ class Idempotency(Extension):
 
     def key_of(self, params: Mapping[str, Any]) -> str | None:
         """P1, P2, P26: the request's key where the placement reads it, or None when it carries none there."""
-        # P1: only the placement's own member counts (the sibling of `name` and `arguments`,
-        # the extension's _meta key, or the called tool's marked argument); a field of the
-        # same name anywhere else, or in another placement, is the tool's business, not a key.
+        # P1: only the placement's own member counts (the sibling of `name` and `arguments`, the extension's
+        # _meta key, or the tool's marked argument); one anywhere else is the tool's business, not a key.
         try:
             sent = rules.sent_key(params, self.placement, self.key_arguments.get(params.get("name", "")))
             return rules.checked_key(sent, self.limits.max_key_length)
@@ -359,8 +348,7 @@ class Idempotency(Extension):
 
     def fingerprint(self, params: Mapping[str, Any]) -> bytes:
         """P3 (E1-E7): the tool's name and its arguments as JSON values; _meta and the key play no part."""
-        key_argument = self.key_arguments.get(params["name"]) if self.placement is Placement.ARGUMENT else None
-        return rules.fingerprint(params["name"], params.get("arguments"), key_argument)
+        return rules.fingerprint(params["name"], params.get("arguments"), self.key_arguments.get(params["name"]))
 
     def store_key(self, principal: Principal, key: str) -> str:
         """K2, P21: the key as the store knows it: the principal's, so that no other principal's key can match it."""
