@@ -7,15 +7,16 @@
         settings = await discover_settings(client)   # None: the server gives no guarantee
         result = await call_tool(client, "send_email", {"to": "ada@example.com"}, settings=settings)
 
-It works for any tool, since it never reads the tool's schema: the key travels beside
-`arguments` (or in request `_meta`, where the server advertises the extension), never
-inside them. In order:
+It works for any tool: the key travels in request `_meta` (the default, where the server
+advertises the extension), beside `arguments` (the SEP's field), or, where a tool's schema
+marks one, in that argument (`model_facing` hides it from a model). In order:
 
 1. mint one key for the logical call, before the first attempt: a random UUID, or as many
    random characters as the server's `maxKeyLength` takes;
 2. send tools/call with the key where the server reads it: `params.idempotencyKey` (the SEP's
    field, which the SDK's own params model would drop, so `KeyedCallParams` declares it), or
-   `params._meta["com.example.sep3182/idempotencyKey"]` (the extension's placement);
+   `params._meta["com.example.sep3182/idempotencyKey"]` (the extension's placement), or the
+   argument the tool marks `x-mcp-idempotency-key` (the declared argument);
 3. a timeout or a lost connection leaves the outcome unknown: send the very same request
    again, same key, same arguments, after a jittered back-off;
 4. a rejection says whether to send it again: `error.data.retryable` where the server sets
