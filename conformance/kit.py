@@ -512,6 +512,28 @@ def opened(connection: Connection, revision: str) -> dict:
 # ----------------------------------------------------------------------------
 
 
+ARGUMENT_MARK = "x-mcp-idempotency-key"  # a tool's inputSchema property that carries the key (P26)
+
+
+def advertised_placement(capabilities: dict, tools: list) -> str:
+    """P26: where the server says it reads the key: the extension's capability, the field's, or marked arguments.
+    The kit checks the first two; a server that only marks arguments is refused, since every check would send
+    its key elsewhere; one that declares nothing is checked as the field, and fails its capability check."""
+    if isinstance((capabilities.get("extensions") or {}).get(EXTENSION_ID), dict):
+        return "meta"
+    marked = any(
+        isinstance(schema, dict) and schema.get(ARGUMENT_MARK)
+        for tool in tools
+        for schema in ((tool.get("inputSchema") or {}).get("properties") or {}).values()
+    )
+    if marked and not isinstance((capabilities.get("tools") or {}).get("idempotency"), dict):
+        raise ConnectionError(
+            f"the server reads its key from tool arguments marked {ARGUMENT_MARK}: this kit checks the field "
+            "(--placement params) and the extension's _meta key (--placement meta) only"
+        )
+    return "params"
+
+
 class Server:
     """A server under test, opened, with the fixture contract's tools as the options name them."""
 
@@ -521,6 +543,8 @@ class Server:
         self.opening = opened(connection, options.revision)
         tools = connection.request("tools/list", {}).get("result", {}).get("tools", [])
         self.tools = {tool["name"]: tool for tool in tools}
+        if options.placement is None:  # P26: not told, the kit sends the key where the server says it reads it
+            connection.placement = advertised_placement(self.opening["capabilities"], tools)
         missing = [name for name in (options.charge_tool, options.count_tool) if name not in self.tools]
         if missing:
             raise ConnectionError(
@@ -1881,7 +1905,7 @@ def connect(options, variant: str) -> Connection | None:
         Http(url, options.timeout, options.headers) if url else Stdio(command, options.timeout) if command else None
     )
     if connection is not None:
-        connection.placement, connection.tool_arguments = options.placement, options.tool_arguments
+        connection.placement, connection.tool_arguments = options.placement or "params", options.tool_arguments
     return connection
 
 
@@ -2126,9 +2150,10 @@ def parse_args(argv=None):
     parser.add_argument(
         "--placement",
         choices=["params", "meta"],
-        default="params",
-        help=f"where the key goes (P26): params.idempotencyKey and capabilities.tools.idempotency (the SEP's, "
-        f"default), or _meta[{META_KEY}] and capabilities.extensions[{EXTENSION_ID}] (an extension)",
+        default=None,
+        help=f"where the key goes (P26): params.idempotencyKey and capabilities.tools.idempotency (the SEP's "
+        f"field), or _meta[{META_KEY}] and capabilities.extensions[{EXTENSION_ID}] (an extension); by default, "
+        "where the server advertises it",
     )
     parser.add_argument("--timeout", type=float, default=15, help="seconds to wait for one answer (default: 15)")
     parser.add_argument(

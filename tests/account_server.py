@@ -13,6 +13,7 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 
 from mcp_idempotency.layer import Idempotency
+from mcp_idempotency.rules import Placement
 from mcp_idempotency_demo import tasks
 from mcp_idempotency_demo.ledger_server import with_tasks
 
@@ -23,7 +24,11 @@ parser.add_argument("--tasks-store", metavar="sqlite:PATH", help="declare tasks,
 options = parser.parse_args()
 
 
-keys = Idempotency(options.tasks_store or "memory", tables=tasks.TABLES if options.tasks_store else ())
+keys = Idempotency(
+    options.tasks_store or "memory",
+    tables=tasks.TABLES if options.tasks_store else (),
+    placement=Placement.PARAMS,  # the SEP's field, which the kit sends by default
+)
 layers: dict[str, Any] = {"extensions": [keys], "middleware": [keys.advertise], "lifespan": keys.lifespan}
 if options.tasks_store:
     layers = with_tasks(keys, task_tools=())  # the extension declared, no tool of it

@@ -17,8 +17,9 @@ import mcp_types
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from mcp_idempotency.client import GaveUp, KeyRefused, Policy, call_tool, discover_settings, new_key
+from mcp_idempotency.client import GaveUp, KeyRefused, Policy, Settings, call_tool, discover_settings, new_key
 from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
+from mcp_idempotency.rules import Placement
 
 
 async def charges(session) -> int:
@@ -60,6 +61,7 @@ async def main(command: list[str]) -> None:
                 {"amount": 100},
                 key=key,
                 policy=Policy(timeout=5, attempts=2, first_back_off=0.1),
+                settings=Settings(Placement.PARAMS),  # the SEP's field, which every server here reads
             )
 
         report = {

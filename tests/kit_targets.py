@@ -73,6 +73,11 @@ def ledger_server() -> list[str]:
     return [sdk2_python(), *SDK2_SERVER]
 
 
+def field_server() -> list[str]:
+    """The 2.x ledger server in the SEP's field placement, which these targets mean (its default is _meta)."""
+    return [*ledger_server(), "--placement", "params"]
+
+
 def typescript_server() -> list[str]:
     """The TypeScript server, compiled (typescript_built)."""
     return ["node", str(TYPESCRIPT / "dist" / "server.js")]
@@ -81,18 +86,18 @@ def typescript_server() -> list[str]:
 # name -> (column title, transport, the server's command, extra kit options)
 TARGETS = {
     "1x-stdio": ("1.x stdio", "stdio", lambda: [PYTHON_1X, str(ROOT / "server.py")], []),
-    "2x-stdio": ("2.x stdio", "stdio", ledger_server, ASKS_FIRST),
-    "2x-http": ("2.x HTTP", "http", ledger_server, ASKS_FIRST),
-    "2x-http-2025": ("2.x HTTP, 2025 handshake", "http", ledger_server, ["--revision", "2025-11-25"]),
-    "2x-http-auth": ("2.x HTTP, authorisation", "http", ledger_server, ASKS_FIRST),
+    "2x-stdio": ("2.x stdio", "stdio", field_server, ASKS_FIRST),
+    "2x-http": ("2.x HTTP", "http", field_server, ASKS_FIRST),
+    "2x-http-2025": ("2.x HTTP, 2025 handshake", "http", field_server, ["--revision", "2025-11-25"]),
+    "2x-http-auth": ("2.x HTTP, authorisation", "http", field_server, ASKS_FIRST),
     # Closing an SSE response stream is cancellation (2026-07-28): the kit's cancel checks meet it.
-    "2x-http-sse": ("2.x HTTP, SSE", "http", lambda: [*ledger_server(), "--sse"], ASKS_FIRST),
+    "2x-http-sse": ("2.x HTTP, SSE", "http", lambda: [*field_server(), "--sse"], ASKS_FIRST),
     # P26: the key as an extension, in request _meta, and the capability in capabilities.extensions.
     "2x-stdio-meta": ("2.x stdio, _meta placement", "stdio", lambda: [*ledger_server(), *META], [*META, *ASKS_FIRST]),
     "2x-http-meta": ("2.x HTTP, _meta placement", "http", lambda: [*ledger_server(), *META], [*META, *ASKS_FIRST]),
     # P24: the charges run as tasks for a request that declares the extension (a SQL store: with_store).
-    "2x-stdio-tasks": ("2.x stdio, tasks", "stdio", lambda: [*ledger_server(), "--tasks"], ASKS_FIRST),
-    "2x-http-tasks": ("2.x HTTP, tasks", "http", lambda: [*ledger_server(), "--tasks"], ASKS_FIRST),
+    "2x-stdio-tasks": ("2.x stdio, tasks", "stdio", lambda: [*field_server(), "--tasks"], ASKS_FIRST),
+    "2x-http-tasks": ("2.x HTTP, tasks", "http", lambda: [*field_server(), "--tasks"], ASKS_FIRST),
     "ts-stdio": ("TS stdio", "stdio", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
     "ts-http": ("TS HTTP", "http", lambda: ["node", str(TYPESCRIPT / "dist" / "server.js")], []),
     "ts-stdio-meta": ("TS stdio, _meta placement", "stdio", lambda: [*typescript_server(), *META], META),

@@ -99,7 +99,7 @@ def run_scenario(url: str, scenario: str, output: Path) -> dict[str, str]:
 def servers(folder: Path) -> list[list[str]]:
     """The ledger server with --tasks, and the fixture server, each on a SQLite store of its own."""
     return [
-        [*ledger_server(), "--tasks", "--store", f"sqlite:{folder / 'ledger.db'}"],
+        [*ledger_server(), "--placement", "params", "--tasks", "--store", f"sqlite:{folder / 'ledger.db'}"],
         [sdk2_python(), str(SUITE / "fixture_server.py"), "--store", f"sqlite:{folder / 'fixtures.db'}"],
     ]
 

@@ -23,7 +23,9 @@ MARKS = ("<!-- table: tests/placement_table.py --write writes from here -->", "<
 PLACEMENTS = {
     "params": "`params.idempotencyKey` (the SEP's)",
     "meta": '`_meta["com.example.sep3182/idempotencyKey"]` (an extension)',
+    "argument": "`arguments.idempotency_key`, marked `x-mcp-idempotency-key` (a declared argument)",
 }
+TYPESCRIPT_PLACEMENTS = ("params", "meta")  # the TypeScript SDKs are measured in these two (placement_ts.mjs)
 
 
 def measured_python() -> dict:
@@ -39,7 +41,7 @@ def measured_python() -> dict:
 def measured_typescript() -> dict:
     """The TypeScript SDKs, both placements, from placement_ts.mjs against the ledger server in each placement."""
     npm_installed(INTEROP)
-    servers = [[*ledger_server(), "--store", "memory", "--placement", placement] for placement in PLACEMENTS]
+    servers = [[*ledger_server(), "--store", "memory", "--placement", placement] for placement in TYPESCRIPT_PLACEMENTS]
     with http_servers(servers) as urls:
         ran = subprocess.run(
             ["node", str(INTEROP / "placement_ts.mjs"), *urls], capture_output=True, text=True, timeout=120
@@ -57,6 +59,57 @@ def said(survived: bool, yes: str, no: str) -> str:
 def kept(capability) -> bool:
     """Did the capability arrive with its settings?"""
     return capability == {"maxKeyLength": 255, "retentionSeconds": 86400}
+
+
+def argument_row(sdk: str, argument: dict) -> list[str]:
+    """mcp 2.x in the argument placement: an argument like any other, its mark kept in the tool list."""
+    return [
+        sdk,
+        PLACEMENTS["argument"],
+        said(argument["sent"], "`client.call_tool(name, {..., KEY_ARGUMENT: key})` (1 line)", "dropped"),
+        said(
+            argument["middleware"] and argument["intercept_tool_call"] and argument["handler"],
+            "a middleware, `Extension.intercept_tool_call` and the handler (as its own parameter)",
+            f"middleware {argument['middleware']}, interceptor {argument['intercept_tool_call']}, "
+            f"handler {argument['handler']}",
+        ),
+        said(
+            bool((argument["capability_typed"] or {}).get("x-mcp-idempotency-key")),
+            "no capability: the typed `list_tools()` keeps the mark on the property "
+            "(`Field(json_schema_extra=...)`, 1 line)",
+            "the typed tool list drops the mark",
+        ),
+    ]
+
+
+def matrix(measured: dict) -> str:
+    """The options' measured cells on mcp 2.3.0: the way out, a re-serialising gateway, and a client that knows
+    nothing of keys."""
+    head = [
+        f"| placement | a stock {measured['sdk']} client sends it | it reaches the server behind a gateway that "
+        "re-sends the typed request (stock SDK, client and server) | a stock client that knows nothing of keys "
+        "sends one | the key property is in the tool list that client hands a model |",
+        "|---|---|---|---|---|",
+    ]
+    yes_no = {True: "**yes**", False: "**no**"}
+    rows = [
+        [
+            PLACEMENTS[placement],
+            yes_no[row["sent"]],
+            yes_no[row["through_a_gateway"]],
+            yes_no[row["unaware_client_sends_a_key"]]
+            + ("" if placement != "argument" else ": but whatever a model puts in the property it sees, is sent"),
+            yes_no[row["marked_property_in_the_stock_tool_list"]],
+        ]
+        for placement, row in measured["rows"].items()
+    ]
+    mirrored = ", ".join(f"`{name}: {value}`" for name, value in measured["mirrored_headers"].items())
+    header = (
+        f"\nA key argument also marked `x-mcp-header` (SEP-2243), called by the stock {measured['sdk']} client over "
+        f"Streamable HTTP on 2026-07-28: the headers it sends are {mirrored or '**none**'}. The SDK takes that mark "
+        "only on a property that cannot be null.\n"
+    )
+    return "\n".join(head + ["| " + " | ".join(row) + " |" for row in rows]) + "\n" + header
 
 
 def python_rows(measured: dict) -> list[list[str]]:
@@ -156,8 +209,8 @@ def typescript_rows(measured: dict) -> list[list[str]]:
     """The TypeScript SDKs' rows: the v2 client, the 1.x client, the 1.x server, the v2 server, in each placement."""
     sdks, rows = measured["sdks"], measured["rows"]
     lines = []
-    for placement, where in PLACEMENTS.items():
-        row = rows[placement]
+    for placement in TYPESCRIPT_PLACEMENTS:
+        where, row = PLACEMENTS[placement], rows[placement]
         field = "{..., idempotencyKey: key}" if placement == "params" else "{..., _meta: {[KEY]: key}}"
         for client, sdk in (("client_v2", sdks["client_v2"]), ("client_v1", f"{sdks['v1']} (client)")):
             lines.append(
@@ -184,8 +237,9 @@ def table(python: dict, typescript: dict) -> str:
         "the capability: the client sees it |",
         "|---|---|---|---|---|",
     ]
-    rows = python_rows(python) + typescript_rows(typescript)
-    return "\n".join(head + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+    argument = argument_row(python["sdk"], python["rows"]["argument"])
+    rows = [*python_rows(python), argument, *typescript_rows(typescript)]
+    return "\n".join(head + ["| " + " | ".join(row) + " |" for row in rows]) + "\n\n" + matrix(python)
 
 
 def main(argv=None) -> int:

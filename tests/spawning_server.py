@@ -15,6 +15,7 @@ import sys
 from mcp.server.mcpserver import MCPServer
 
 from mcp_idempotency.layer import Idempotency
+from mcp_idempotency.rules import Placement
 
 parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
 parser.add_argument("--store", required=True, metavar="URL")
@@ -23,7 +24,7 @@ options = parser.parse_args()
 logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if options.verbose else logging.INFO)
 
 NOTES = "CREATE TABLE IF NOT EXISTS notes (text TEXT NOT NULL)"
-keys = Idempotency(options.store, tables=[NOTES])
+keys = Idempotency(options.store, tables=[NOTES], placement=Placement.PARAMS)  # the SEP's field, as the kit sends
 mcp = MCPServer("notes", version="1.0", extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan)
 started: set[asyncio.Task[None]] = set()  # asyncio keeps only weak references to its tasks
 

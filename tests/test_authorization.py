@@ -268,7 +268,7 @@ def compiled_typescript_server() -> list[str]:
 
 # Each server without authorisation: the 2.x ledger server, and the TypeScript server, which has none to give.
 UNAUTHENTICATED = {
-    "2.x": lambda: [sdk2_python(), *SDK2_SERVER, "--store", "memory"],
+    "2.x": lambda: [sdk2_python(), *SDK2_SERVER, "--placement", "params", "--store", "memory"],
     "TypeScript": compiled_typescript_server,
 }
 

@@ -57,3 +57,33 @@ def test_the_client_sends_the_key_where_the_server_reads_it_and_its_retry_replay
     assert report["settings"] == [64, 90]
     assert report["answers"][0] == report["answers"][1] == "Charged 7. New balance: 7"
     assert report["conflict"] == "idempotency_key_conflict" and report["charges"] == 1
+
+
+@pytest.mark.targets("2x-stdio")
+def test_the_client_fills_the_argument_the_tool_marks_and_its_retry_replays_once_charged():
+    report = played("--placement", "argument", "--max-key-length", "64", "--retention", "90")
+    assert report["placement"] == "argument"  # read from the tool list: this placement advertises no capability
+    assert report["settings"] == [None, None]  # the window is declared nowhere, so the client cannot bound by it
+    assert report["answers"][0] == report["answers"][1] == "Charged 7. New balance: 7"
+    assert report["conflict"] == "idempotency_key_conflict" and report["charges"] == 1
+
+
+MODEL_FACING = """
+import json
+import mcp_types
+from mcp_idempotency.client import model_facing
+schema = {"type": "object", "properties": {"amount": {"type": "integer"},
+          "idempotency_key": {"type": "string", "x-mcp-idempotency-key": True}},
+          "required": ["amount", "idempotency_key"]}
+plain = {"type": "object", "properties": {"idempotency_key": {"type": "string"}}}
+tools = [mcp_types.Tool(name="charge", input_schema=schema), mcp_types.Tool(name="note", input_schema=plain)]
+print(json.dumps([tool.input_schema for tool in model_facing(tools)]))
+"""
+
+
+def test_the_model_facing_tool_list_has_no_key_property_and_keeps_every_other():
+    ran = subprocess.run([sdk2_python(), "-c", MODEL_FACING], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    charge, note = json.loads(ran.stdout)
+    assert charge == {"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]}
+    assert note == {"type": "object", "properties": {"idempotency_key": {"type": "string"}}}  # unmarked: kept

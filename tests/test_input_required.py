@@ -136,7 +136,7 @@ def test_a_state_key_file_shorter_than_32_bytes_is_refused_before_anything_is_se
     short = tmp_path / "short.key"
     short.write_text("twelve bytes")
     ran = subprocess.run(
-        [sdk2_python(), *SDK2_SERVER, "--request-state-key-file", str(short)],
+        [sdk2_python(), *SDK2_SERVER, "--placement", "params", "--request-state-key-file", str(short)],
         capture_output=True,
         text=True,
         timeout=60,

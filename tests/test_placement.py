@@ -1,9 +1,11 @@
 """P26: the key as an extension beside the SEP's field, one placement at a time.
 
-The 2.x ledger server started with `--placement meta` reads the key from request
+The 2.x ledger server started with `--placement meta` (its default) reads the key from request
 `params._meta["com.example.sep3182/idempotencyKey"]` and advertises
-`capabilities.extensions["com.example.sep3182/idempotency"]`; with the default it
-reads `params.idempotencyKey` and advertises `capabilities.tools.idempotency`. Each
+`capabilities.extensions["com.example.sep3182/idempotency"]`; with `--placement params` it
+reads `params.idempotencyKey` and advertises `capabilities.tools.idempotency`; with
+`--placement argument` charge_guarded declares the key as its argument `idempotency_key`,
+marked `"x-mcp-idempotency-key": true` in its inputSchema, and nothing is advertised. Each
 placement is the same layer, so replay, conflict and in progress hold in both; a key
 in the other place is no key (P1 for that placement). The names are spelled here as
 the wire carries them, not imported from the server: the tests check the contract.
@@ -43,7 +45,7 @@ def meta_server(server_target):
 
 @pytest.fixture(scope="module")
 def params_server(server_target):
-    """The ledger server in the SEP's placement, the default."""
+    """The ledger server in the SEP's field placement (wire.start names it: the server's default is _meta)."""
     wire = start(server_target)
     yield wire
     wire.close()
@@ -136,6 +138,96 @@ def test_params_placement_still_replays_a_key_in_params(params_server):
 
 
 # ----------------------------------------------------------------------------
+# The declared argument: the tool's marked property is the key, and not part of the request
+# ----------------------------------------------------------------------------
+
+MARK = "x-mcp-idempotency-key"
+
+
+@pytest.fixture(scope="module")
+def argument_server(server_target):
+    """The ledger server in the argument placement, its charges slow enough to catch one in flight."""
+    wire = start(server_target, "--placement", "argument", "--charge-delay", str(CHARGE_DELAY))
+    yield wire
+    wire.close()
+
+
+def argument_charge(wire: Wire, key, amount: int = 100, tool: str = "charge_guarded") -> int:
+    """Send a charge with `key` in the argument charge_guarded marks; its id."""
+    return wire.send_call(tool, {"amount": amount, "idempotency_key": key})
+
+
+def test_argument_placement_marks_one_property_of_the_charge_tool_and_no_other_tool(argument_server):
+    tools = {tool["name"]: tool for tool in argument_server.request("tools/list", {})["result"]["tools"]}
+    marked = {
+        name: [prop for prop, schema in tool["inputSchema"].get("properties", {}).items() if schema.get(MARK)]
+        for name, tool in tools.items()
+    }
+    assert marked.pop("charge_guarded") == ["idempotency_key"], tools["charge_guarded"]
+    declared = tools["charge_guarded"]["inputSchema"]["properties"]["idempotency_key"]
+    assert {"type": "string", "maxLength": 255} in declared["anyOf"], declared  # optional: a string, or null
+    assert not any(marked.values()), marked
+
+
+def test_argument_placement_replays_a_finished_call_without_charging_again(argument_server):
+    before, key = charges(argument_server), new_key()
+    first = argument_server.reply(argument_charge(argument_server, key))
+    retry = argument_server.reply(argument_charge(argument_server, key))
+    assert "result" in first and not first["result"].get("isError"), first
+    assert retry["result"] == first["result"]
+    assert charges(argument_server) == before + 1
+
+
+def test_argument_placement_rejects_the_key_reused_with_other_arguments(argument_server):
+    before, key = charges(argument_server), new_key()
+    argument_server.reply(argument_charge(argument_server, key, amount=100))
+    reused = argument_server.reply(argument_charge(argument_server, key, amount=200))
+    assert error_type(reused) == CONFLICT, reused
+    assert charges(argument_server) == before + 1
+
+
+def test_argument_placement_rejects_at_once_a_repeat_of_a_call_still_running(argument_server):
+    before, key = charges(argument_server), new_key()
+    running = argument_charge(argument_server, key)
+    time.sleep(CHARGE_DELAY / 4)
+    started = time.monotonic()
+    repeat = argument_server.reply(argument_charge(argument_server, key))
+    assert error_type(repeat) == IN_PROGRESS, repeat
+    assert time.monotonic() - started < CHARGE_DELAY
+    assert "result" in argument_server.reply(running)
+    assert charges(argument_server) == before + 1
+
+
+def test_argument_placement_refuses_an_invalid_key_and_runs_nothing(argument_server):
+    before = charges(argument_server)
+    refused = argument_server.reply(argument_charge(argument_server, "k" * 256))
+    assert error_type(refused) == INVALID_KEY, refused
+    assert charges(argument_server) == before
+
+
+def test_argument_placement_runs_every_call_with_a_key_in_params_or_meta(argument_server):
+    before, key = charges(argument_server), new_key()
+    for _ in range(2):
+        for answer in (argument_server.charge(100, key=key), argument_server.reply(meta_charge(argument_server, key))):
+            assert "result" in answer and not answer["result"].get("isError"), answer
+    assert charges(argument_server) == before + 4
+
+
+def test_argument_placement_runs_every_call_of_a_tool_without_the_mark(argument_server):
+    before, key = charges(argument_server), new_key()
+    for _ in range(2):
+        answer = argument_server.reply(argument_charge(argument_server, key, tool="charge_unguarded"))
+        assert "result" in answer and not answer["result"].get("isError"), answer
+    assert charges(argument_server) == before + 2
+
+
+def test_argument_placement_advertises_neither_capability(argument_server):
+    advertised = capabilities(argument_server)
+    assert "idempotency" not in advertised.get("tools", {}), advertised
+    assert EXTENSION_ID not in (advertised.get("extensions") or {}), advertised
+
+
+# ----------------------------------------------------------------------------
 # C1, P26: the capability where the placement puts it, and only there
 # ----------------------------------------------------------------------------
 
@@ -220,6 +312,17 @@ def test_the_placement_table_is_what_the_sdks_do():
     assert python["rows"]["params"]["intercept_raw_params"]  # an Extension reads the SEP's key from ctx.params
     assert not python["rows"]["params"]["sent"]  # mcp 2.x's stock client drops the SEP's field
     assert python["rows"]["params"]["capability_typed"] is None  # and its typed capabilities drop tools.idempotency
+    # The options' measured cells: a gateway re-sending the typed request keeps _meta and arguments, not the
+    # field; a client that knows nothing sends no key; only the declared argument is in the model's tool list.
+    gateway = {placement: row["through_a_gateway"] for placement, row in python["rows"].items()}
+    assert gateway == {"params": False, "meta": True, "argument": True}
+    assert not any(row["unaware_client_sends_a_key"] for row in python["rows"].values())
+    in_the_tool_list = {
+        placement: row["marked_property_in_the_stock_tool_list"] for placement, row in python["rows"].items()
+    }
+    assert in_the_tool_list == {"params": False, "meta": False, "argument": True}
+    assert python["rows"]["argument"]["sent"] and python["rows"]["argument"]["intercept_tool_call"]
+    assert python["mirrored_headers"] == {"mcp-param-idempotency-key": "measured-key"}  # what a gateway can read
     for placement in ("params", "meta"):
         assert typescript["rows"][placement]["client_v2"]["sent"], placement
     for server in ("server_v1", "server_v2"):  # sdk 1.32.2's McpServer, and @modelcontextprotocol/server 2.4.0's
@@ -233,3 +336,32 @@ def test_the_placement_table_is_what_the_sdks_do():
     doc = placement_table.DOC.read_text(encoding="utf-8")
     measured = placement_table.table(python, typescript)
     assert kit_targets.with_table(placement_table.DOC, placement_table.MARKS, measured) == doc
+
+
+def kit_run(tmp_path, server_options: list[str], checks: list[str]) -> tuple[subprocess.CompletedProcess, list]:
+    """The kit, told no placement, against the ledger server started with `server_options`; its run and results."""
+    server = [*kit_targets.ledger_server(), *server_options, "--store", f"sqlite:{tmp_path / 's.db'}"]
+    ran = subprocess.run(
+        [sys.executable, str(kit_targets.KIT), "--command", subprocess.list2cmdline(server)]
+        + ["--json", str(tmp_path / "checks.json")]
+        + [option for check in checks for option in ("--check", check)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return ran, json.loads((tmp_path / "checks.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("server_placement", [[], ["--placement", "params"]], ids=["server_default", "params"])
+def test_the_kit_told_no_placement_uses_the_one_the_server_advertises(tmp_path, server_placement):
+    checks = ["sep-3182-capability-declared", "sep-3182-repeat-executes-once"]
+    ran, results = kit_run(tmp_path, server_placement, checks)
+    assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(checks, "SUCCESS"), ran.stdout
+    assert ran.returncode == 0, ran.stdout
+
+
+def test_the_kit_refuses_a_server_that_only_marks_key_arguments_as_a_wrong_setup(tmp_path):
+    ran, results = kit_run(tmp_path, ["--placement", "argument"], ["sep-3182-capability-declared"])
+    (fixture,) = [entry for entry in results if entry["status"] == "FAILURE"]
+    assert "x-mcp-idempotency-key" in fixture["errorMessage"], ran.stdout
+    assert ", 0 failed, " in ran.stdout.splitlines()[-1], ran.stdout  # no rule of the SEP was judged

@@ -61,7 +61,18 @@ def pooler():
 def refusal(store: str) -> str:
     """What the 2.x server says when it will not start on `store`: its one line of stderr."""
     server = subprocess.run(
-        [sdk2_python(), *SDK2_SERVER, "--transport", "http", "--port", str(free_port()), "--store", store],
+        [
+            sdk2_python(),
+            *SDK2_SERVER,
+            "--placement",
+            "params",
+            "--transport",
+            "http",
+            "--port",
+            str(free_port()),
+            "--store",
+            store,
+        ],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

@@ -149,7 +149,18 @@ def test_the_keyed_requests_client_demo_sends_conform(tmp_path):
 def test_the_keyed_requests_retry_policy_and_keyed_call_send_conform(tmp_path):
     """mcp 2.x, 2026-07-28: the SDK's Client sending KeyedCall twice, then the package client's call_tool twice."""
     record = tmp_path / "sent.jsonl"
-    server = [sdk2_python(), str(RECORDER), str(record), "--", sdk2_python(), *SDK2_SERVER, "--store", "memory"]
+    server = [
+        sdk2_python(),
+        str(RECORDER),
+        str(record),
+        "--",
+        sdk2_python(),
+        *SDK2_SERVER,
+        "--placement",
+        "params",
+        "--store",
+        "memory",
+    ]
     report = policy_client_report("compat_client.py", "--", *server)
     assert report["policy"]["charges"] == 1  # the policy's second call replayed
 

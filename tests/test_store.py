@@ -281,7 +281,7 @@ BAD_STORES = [
 @pytest.mark.parametrize(("url", "said"), BAD_STORES)
 def test_a_store_that_cannot_be_opened_stops_the_server_with_one_line(url, said):
     refused = subprocess.run(
-        [sdk2_python(), *SDK2_SERVER, "--store", url],
+        [sdk2_python(), *SDK2_SERVER, "--placement", "params", "--store", url],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -305,7 +305,7 @@ def test_a_store_made_by_the_previous_version_stops_the_server_with_one_line(sto
     silently used with the new code's statements (or, on PostgreSQL, never upgraded)."""
     execute(store_url, SCHEMA_1)
     refused = subprocess.run(
-        [sdk2_python(), *SDK2_SERVER, "--store", store_url],
+        [sdk2_python(), *SDK2_SERVER, "--placement", "params", "--store", store_url],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

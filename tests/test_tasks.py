@@ -216,7 +216,10 @@ def test_only_the_charges_run_as_tasks_and_only_with_tasks_on(spawn):
 
 def test_tasks_on_the_memory_store_are_refused_in_one_line_before_anything_is_served():
     ran = subprocess.run(
-        [sdk2_python(), *SDK2_SERVER, "--tasks", "--store", "memory"], capture_output=True, text=True, timeout=60
+        [sdk2_python(), *SDK2_SERVER, "--placement", "params", "--tasks", "--store", "memory"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert ran.returncode != 0 and ran.stdout == ""
     assert "--tasks keeps its tasks in a SQL store" in ran.stderr

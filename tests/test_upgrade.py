@@ -98,7 +98,7 @@ def upgrade_command() -> str:
 def test_a_version_2_store_is_refused_until_upgraded_then_replays_its_records_and_keeps_its_ledger(store_url):
     made_by_version_2(store_url)
 
-    refused = run(sdk2_python(), *SDK2_SERVER, "--store", store_url)
+    refused = run(sdk2_python(), *SDK2_SERVER, "--placement", "params", "--store", store_url)
     assert refused.returncode == 1 and refused.stdout == ""
     [line] = refused.stderr.splitlines()
     assert line.startswith(f"cannot open the store {store_url}: it holds schema version 2")
@@ -135,7 +135,9 @@ def test_the_upgrade_refuses_a_version_1_store_in_one_line_and_the_server_still_
     assert refused.returncode == 1 and refused.stdout == ""
     [line] = refused.stderr.splitlines()
     assert line.startswith(f"cannot upgrade the store {store_url}: it holds schema version 1")
-    refused_again = run(sdk2_python(), *SDK2_SERVER, "--store", store_url)  # still version 1: still refused
+    refused_again = run(
+        sdk2_python(), *SDK2_SERVER, "--placement", "params", "--store", store_url
+    )  # still version 1: still refused
     assert "schema version 1" in refused_again.stderr and refused_again.returncode == 1
 
 
@@ -201,11 +203,32 @@ def test_clients_retrying_through_an_upgrade_get_every_old_key_replayed_and_ever
     ]
     for client in clients:
         client.start()
-    refused = run(sdk2_python(), *SDK2_SERVER, "--store", store_url, "--port", str(ports[0]), "--transport", "http")
+    refused = run(
+        sdk2_python(),
+        *SDK2_SERVER,
+        "--placement",
+        "params",
+        "--store",
+        store_url,
+        "--port",
+        str(ports[0]),
+        "--transport",
+        "http",
+    )
     assert refused.returncode == 1 and "upgrade it in place with" in refused.stderr  # the version 2 store
     upgraded = run(upgrade_command(), "upgrade", store_url)
     assert upgraded.returncode == 0, upgraded.stderr
-    command = [sdk2_python(), *SDK2_SERVER, "--verbose", "--store", store_url, "--transport", "http"]
+    command = [
+        sdk2_python(),
+        *SDK2_SERVER,
+        "--placement",
+        "params",
+        "--verbose",
+        "--store",
+        store_url,
+        "--transport",
+        "http",
+    ]
     instances = [HttpWire("2x-http", [*command, "--port", str(port)], port) for port in ports]
     try:
         for client in clients:

@@ -29,6 +29,8 @@ from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
 
 # The package's ledger server, as this interpreter runs it; --server replaces it with a script.
 LEDGER_SERVER = ["-m", "mcp_idempotency_demo.ledger_server"]
+# The demos narrate the SEP's field on the wire, so every server they start, a stand-in's too, reads it there.
+FIELD = ["--placement", "params"]
 LOG_POLL = 0.01  # seconds between looks at the server's log, so its lines show as they happen
 HELPERS = {"get_balance", "reset_ledger"}  # the demo's own calls: narrated in a line of their own
 RESPONSE_TIMEOUT = 0.5  # seconds; the server answers in milliseconds, so only a lost or slow response times out
@@ -237,7 +239,7 @@ def start_http_server(server: list[str], server_args: list[str], log: Path) -> t
     port = free_port()
     with log.open("a") as errlog:
         process = subprocess.Popen(
-            [sys.executable, *server, *server_args, "--transport", "http", "--port", str(port)],
+            [sys.executable, *server, *FIELD, *server_args, "--transport", "http", "--port", str(port)],
             stdin=subprocess.DEVNULL,
             stdout=errlog,
             stderr=errlog,

@@ -34,6 +34,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_idempotency.rules import CONFLICT
 
 from .harness import (
+    FIELD,
     LOST_RESPONSE_TIMEOUT,
     RESPONSE_TIMEOUT,
     TIMED_OUT,
@@ -98,7 +99,7 @@ async def connect(setup: Setup, *server_args: str):
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "server.log"
         log.touch()
-        arguments = ["--verbose", "--store", f"sqlite:{folder}/store.db", *server_args]
+        arguments = ["--verbose", *FIELD, "--store", f"sqlite:{folder}/store.db", *server_args]
         link = Link(ServerLog(log), show_calls=True, show_every_frame=setup.show_every_frame)
         if setup.transport == "stdio":
             with log.open("w") as errlog:

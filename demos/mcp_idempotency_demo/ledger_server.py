@@ -28,6 +28,7 @@ from mcp.server.request_state import RequestStateSecurity
 
 from mcp_idempotency.layer import Idempotency, one_tenant, token_principal
 from mcp_idempotency.probe import sdk_hides_the_key
+from mcp_idempotency.rules import Placement
 from mcp_idempotency.stores import Limits, OtherSchema, open_store
 
 from . import ledger, options, tasks
@@ -130,10 +131,23 @@ def ledger_server(
         """Charge `amount`. The demo calls this one without an idempotencyKey; a key would be honoured."""
         return await charge(amount, ctx)
 
-    @mcp.tool()
     async def charge_guarded(amount: ledger.Amount, ctx: Context) -> str:
-        """Charge `amount`. The demo calls this one with an idempotencyKey."""
+        """Charge `amount`. The demo calls this one with an idempotency key."""
         return await charge(amount, ctx)
+
+    key_argument = keys.key_argument()  # P26: the key's parameter, marked for the protocol, as long as keys take
+
+    async def charge_guarded_with_its_key(
+        amount: ledger.Amount,
+        ctx: Context,
+        idempotency_key: key_argument = None,  # type: ignore[valid-type]  # a pydantic annotation built at run time
+    ) -> str:
+        """Charge `amount`. The demo calls this one with an idempotency key, its argument idempotency_key."""
+        return await charge(amount, ctx)  # the layer read the key, and left it out of "the same request"
+
+    # P26: in the argument placement the tool declares the key in its own schema; in the others it never sees one.
+    keyed = keys.placement is Placement.ARGUMENT
+    mcp.add_tool(charge_guarded_with_its_key if keyed else charge_guarded, name="charge_guarded")
 
     @mcp.tool()
     async def charge_confirmed(amount: ledger.Amount, ctx: Context) -> str | mcp_types.InputRequiredResult:

@@ -3,6 +3,8 @@
 import argparse
 
 from mcp_idempotency.rules import (
+    ARGUMENT_MARK,
+    DEFAULT_PLACEMENT,
     EXTENSION_ID,
     MAX_KEY_LENGTH,
     MAX_RECORDS,
@@ -99,10 +101,11 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         "--placement",
         type=Placement,
         choices=list(Placement),
-        default=Placement.PARAMS,
-        metavar="{params,meta}",
-        help="where the key is read (P26): params.idempotencyKey with capabilities.tools.idempotency (the SEP's, "
-        f"default), or _meta[{META_KEY}] with capabilities.extensions[{EXTENSION_ID}]",
+        default=DEFAULT_PLACEMENT,
+        metavar="{params,meta,argument}",
+        help=f"where the key is read (P26; default: {DEFAULT_PLACEMENT.value}, the library's): _meta[{META_KEY}] "
+        f"with capabilities.extensions[{EXTENSION_ID}]; params.idempotencyKey with capabilities.tools.idempotency "
+        f"(the SEP's field); or charge_guarded's argument idempotency_key, marked {ARGUMENT_MARK} in its schema",
     )
     parser.add_argument(
         "--verbose", action="store_true", help="log every idempotency decision on stderr (the demos turn this on)"

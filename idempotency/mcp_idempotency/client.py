@@ -7,15 +7,16 @@
         settings = await discover_settings(client)   # None: the server gives no guarantee
         result = await call_tool(client, "send_email", {"to": "ada@example.com"}, settings=settings)
 
-It works for any tool, since it never reads the tool's schema: the key travels beside
-`arguments` (or in request `_meta`, where the server advertises the extension), never
-inside them. In order:
+It works for any tool: the key travels in request `_meta` (the default, where the server
+advertises the extension), beside `arguments` (the SEP's field), or, where a tool's schema
+marks one, in that argument (`model_facing` hides it from a model). In order:
 
 1. mint one key for the logical call, before the first attempt: a random UUID, or as many
    random characters as the server's `maxKeyLength` takes;
 2. send tools/call with the key where the server reads it: `params.idempotencyKey` (the SEP's
    field, which the SDK's own params model would drop, so `KeyedCallParams` declares it), or
-   `params._meta["com.example.sep3182/idempotencyKey"]` (the extension's placement);
+   `params._meta["com.example.sep3182/idempotencyKey"]` (the extension's placement), or the
+   argument the tool marks `x-mcp-idempotency-key` (the declared argument);
 3. a timeout or a lost connection leaves the outcome unknown: send the very same request
    again, same key, same arguments, after a jittered back-off;
 4. a rejection says whether to send it again: `error.data.retryable` where the server sets
@@ -39,8 +40,8 @@ import secrets
 import string
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -49,7 +50,7 @@ from mcp import Client, ClientSession
 from mcp.shared.exceptions import MCPError
 
 from .keyed_call import KeyedCall, KeyedCallParams
-from .rules import CONFLICT, EXTENSION_ID, INVALID_KEY, META_KEY, RETRYABLE, Placement
+from .rules import ARGUMENT_MARK, CONFLICT, EXTENSION_ID, INVALID_KEY, META_KEY, RETRYABLE, Placement, marked_argument
 
 __all__ = [
     "Connection",
@@ -62,6 +63,7 @@ __all__ = [
     "call_tool",
     "discover_settings",
     "keyed_request",
+    "model_facing",
     "new_key",
 ]
 
@@ -133,9 +135,10 @@ class KeyTooLong(ValueError):
 class Settings:
     """What a server declares: where it reads the key, and its limits (None where it declares none)."""
 
-    placement: Placement = Placement.PARAMS
+    placement: Placement = Placement.META
     max_key_length: int | None = None
     retention_seconds: float | None = None
+    key_arguments: Mapping[str, str] = field(default_factory=dict)  # argument placement: tool -> marked property
 
     @classmethod
     def from_capabilities(cls, capabilities: object) -> "Settings | None":
@@ -176,7 +179,29 @@ async def discover_settings(
         discovered = await session.send_discover(version)
     except MCPError:  # a 2025 server: no server/discover, so nothing this client may rely on
         return None
-    return Settings.from_capabilities(discovered.get("capabilities"))
+    return Settings.from_capabilities(discovered.get("capabilities")) or await declared_arguments(session)
+
+
+async def declared_arguments(session: ClientSession) -> Settings | None:
+    """The argument placement, which advertises no capability: the tools whose schema marks a key property."""
+    tools = (await session.list_tools()).tools
+    marked = {tool.name: name for tool in tools if (name := marked_argument(tool.input_schema)) is not None}
+    return Settings(Placement.ARGUMENT, key_arguments=marked) if marked else None
+
+
+def model_facing(tools: list[mcp_types.Tool]) -> list[mcp_types.Tool]:
+    """The tool list to give a model: each marked key property taken out, so the model never sees or fills it."""
+    return [tool.model_copy(update={"input_schema": without_key(tool.input_schema)}) for tool in tools]
+
+
+def without_key(schema: dict[str, Any]) -> dict[str, Any]:
+    """An inputSchema without its marked key property, nor that property among the required."""
+    name = marked_argument(schema)
+    if name is None:
+        return schema
+    properties = {other: value for other, value in schema["properties"].items() if other != name}
+    required = [other for other in schema.get("required", []) if other != name]
+    return {**schema, "properties": properties, **({"required": required} if "required" in schema else {})}
 
 
 # ----------------------------------------------------------------------------
@@ -196,9 +221,19 @@ def new_key(max_length: int | None = None) -> str:
 
 
 def keyed_request(
-    name: str, arguments: dict[str, Any], key: str, placement: Placement = Placement.PARAMS
+    name: str,
+    arguments: dict[str, Any],
+    key: str,
+    placement: Placement = Placement.META,
+    key_argument: str | None = None,
 ) -> mcp_types.CallToolRequest:
-    """A tools/call carrying `key` where `placement` puts it."""
+    """A tools/call carrying `key` where `placement` puts it; `key_argument` is the tool's marked property."""
+    if placement is Placement.ARGUMENT:
+        if key_argument is None:  # the tool takes no key: sent without one, a retry could run it twice
+            raise ValueError(f"tool {name} declares no argument marked {ARGUMENT_MARK}: it takes no key")
+        return mcp_types.CallToolRequest(
+            params=mcp_types.CallToolRequestParams(name=name, arguments={**arguments, key_argument: key})
+        )
     if placement is Placement.PARAMS:
         return KeyedCall(params=KeyedCallParams(name=name, arguments=arguments, idempotency_key=key))
     # _meta is an open map, typed for the SDK's own keys: the extension's key goes in as the wire has it.
@@ -282,7 +317,7 @@ async def call_tool(
     """
     settings = settings or Settings()
     key = checked(key, settings)
-    request = keyed_request(name, arguments, key, settings.placement)
+    request = keyed_request(name, arguments, key, settings.placement, settings.key_arguments.get(name))
     first_sent = time.time() if first_sent is None else first_sent
     back_off = policy.first_back_off
     for number in range(1, policy.attempts + 1):

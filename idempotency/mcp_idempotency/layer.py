@@ -4,12 +4,11 @@
     mcp = MCPServer("notes", extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan)
 
 The layer is the SDK's `Extension` hook for tools/call: `intercept_tool_call` runs after
-the SDK has validated the request, once, and before any tool; its `ctx.params` still
-holds the raw `idempotencyKey`, which the typed params drop. What it returns, a replay
-included, the SDK shapes for the revision the client speaks, like any handler result.
-Only the capability needs a middleware, `keys.advertise`: no server API declares
-`capabilities.tools.idempotency`, so it is written into the handshake's result. The
-lifespan, `keys.lifespan`, probes the SDK and keeps the store open while the server runs.
+the SDK has validated the request, once, and before any tool; its `ctx.params` holds the
+key where the placement puts it (the extension's `_meta` key by default, the raw field the
+typed params drop, or a marked argument). What it returns, a replay included, the SDK
+shapes for the client's revision. The middleware `keys.advertise` writes the capability
+into the handshake's result; `keys.lifespan` probes the SDK and keeps the store open.
 
 Read it top to bottom, in the order of the SEP: read the key (P1, P2), fingerprint
 the request (P3), claim the key (P16), then conflict, in progress, replay (P4,
@@ -38,10 +37,9 @@ import contextvars
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
-import anyio.abc
 import anyio.lowlevel
 import mcp_types
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -51,7 +49,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types.methods import is_input_required
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from pydantic_core import from_json, to_json
 
 from . import rules
@@ -97,12 +95,10 @@ def one_tenant() -> Principal:
 
 def token_principal() -> Principal:
     """K2 with OAuth: the verified access token's (issuer, subject); no token is an error, never a tenant."""
-    # The subject, not the client id or a session: a record belongs to whoever's
-    # authority the call was made with. One user may call through several clients (an
-    # IDE, a CLI), and retry through another after a crash; one client may act for many
-    # users, who must not see each other's results. A session is gone in the stateless
-    # 2026-07-28 revision, and a retry may well come on a new connection or instance.
-    # `sub` is unique only within its issuer (RFC 7519), so the issuer is part of it.
+    # The subject, not the client id or a session: a record belongs to whoever's authority the
+    # call was made with. One user may retry through another client; one client may act for many
+    # users; a session is gone in 2026-07-28, and a retry may come on another instance. `sub` is
+    # unique only within its issuer (RFC 7519), so the issuer is part of it.
     token = get_access_token()
     if token is None or token.claims is None or token.subject is None:  # fail closed, never one tenant by accident
         raise RuntimeError("authorisation is on, but no verified access token reached the dispatch layer")
@@ -212,14 +208,14 @@ class Idempotency(Extension):
         *,
         limits: Limits = Limits(),
         principal: Callable[[], Principal] = one_tenant,
-        placement: Placement = Placement.PARAMS,
+        placement: Placement = rules.DEFAULT_PLACEMENT,
         tables: Sequence[str] = (),
     ):
         self.store_url, self.limits, self.principal = checked_url(store), limits, principal  # a bad URL fails here
         self.tables = tuple(tables)  # the tools' own schema statements, made as the store opens (open_store)
         self.placement = placement  # P26: it decides only where the key is read and the capability written
         self._store: Store | None = None
-        self._renewals: anyio.abc.TaskGroup | None = None  # P18': the renewals, while the server runs
+        self.key_arguments: dict[str, str] = {}  # P26, argument placement: each marked tool's key property
         self._running: dict[tuple[str, str], str] = {}  # P18': (store key, owner) -> key, of every claim run here
         self.applied = False  # by an MCPServer, given extensions=[keys]
         self.shared_key_space_told = False  # said once: over HTTP without authorisation, one key space
@@ -237,14 +233,17 @@ class Idempotency(Extension):
         if refusal is not None:
             log.error("%s", refusal)
             raise RuntimeError(refusal)
+        # P26: which tools take a key, and in which argument, read from the tool list once, as the server starts.
+        tools = await server.list_tools() if self.placement is Placement.ARGUMENT else []
+        self.key_arguments = {tool.name: name for tool in tools if (name := rules.marked_argument(tool.input_schema))}
         async with open_store(self.store_url, self.limits, self.tables) as store, anyio.create_task_group() as renewals:
-            self._store, self._renewals = store, renewals
+            self._store = store
             renewals.start_soon(self.keep_alive)
             try:
                 yield self
             finally:
                 renewals.cancel_scope.cancel()  # before the store closes under them
-                self._store = self._renewals = None
+                self._store = None
 
     @property
     def store(self) -> Store:
@@ -256,6 +255,11 @@ class Idempotency(Extension):
     def transaction(self) -> UnitOfWork:
         """P17: a tool's unit of work in the store; under a keyed call it joins the layer's, as a savepoint."""
         return self.store.transaction()
+
+    def key_argument(self) -> Any:
+        """P26: a tool's key parameter's annotation, marked, as long as keys here: `k: keys.key_argument() = None`."""
+        marked = Field(max_length=self.limits.max_key_length, json_schema_extra={rules.ARGUMENT_MARK: True})
+        return Annotated[str | None, marked]
 
     def downstream_key(self) -> str | None:
         """P27: in a tool run for a keyed call, the key to forward to the API its effect lives in (its
@@ -280,7 +284,7 @@ class Idempotency(Extension):
             raise MCPError(code=rules.INTERNAL_ERROR["code"], message=NOT_OPEN)
         result = as_mapping(await call_next(ctx))
         extensions = result.setdefault("capabilities", {}).get("extensions")
-        if self.placement is Placement.PARAMS and extensions:  # the SEP's field: this layer is no protocol extension
+        if self.placement is not Placement.META and extensions:  # the field, an argument: no protocol extension
             result["capabilities"]["extensions"] = {
                 name: value for name, value in extensions.items() if name != rules.EXTENSION_ID
             }
@@ -330,18 +334,18 @@ class Idempotency(Extension):
 
     def key_of(self, params: Mapping[str, Any]) -> str | None:
         """P1, P2, P26: the request's key where the placement reads it, or None when it carries none there."""
-        # P1: only the placement's own member counts (the sibling of `name` and `arguments`,
-        # or the extension's _meta key); a field of the same name anywhere else, in
-        # `arguments` or in the other placement, is the tool's business, not a key.
+        # P1: only the placement's own member counts (the sibling of `name` and `arguments`, the extension's
+        # _meta key, or the tool's marked argument); one anywhere else is the tool's business, not a key.
         try:
-            return rules.checked_key(rules.sent_key(params, self.placement), self.limits.max_key_length)
+            sent = rules.sent_key(params, self.placement, self.key_arguments.get(params.get("name", "")))
+            return rules.checked_key(sent, self.limits.max_key_length)
         except rules.InvalidKey as bad:
             log.debug("invalid key: %s", bad)
             raise rejection(INVALID_KEY, None, str(bad)) from None
 
     def fingerprint(self, params: Mapping[str, Any]) -> bytes:
         """P3 (E1-E7): the tool's name and its arguments as JSON values; _meta and the key play no part."""
-        return rules.fingerprint(params["name"], params.get("arguments"))
+        return rules.fingerprint(params["name"], params.get("arguments"), self.key_arguments.get(params["name"]))
 
     def store_key(self, principal: Principal, key: str) -> str:
         """K2, P21: the key as the store knows it: the principal's, so that no other principal's key can match it."""
@@ -432,8 +436,7 @@ class Idempotency(Extension):
     @contextmanager
     def lease_kept(self, key: str, store_key: str, owner: str) -> Iterator[None]:
         """P18': while the tool runs, its claim is one of those `keep_alive` renews, and no longer once it ends."""
-        # A set the renewals read, not a task per call: a call that ends within a quarter
-        # lease (nearly all of them) costs a dict entry, not a task started and cancelled.
+        # An entry, not a task per call: nearly every call ends before the first renewal is due.
         self._running[store_key, owner] = key
         try:
             yield
@@ -442,17 +445,15 @@ class Idempotency(Extension):
 
     async def keep_alive(self) -> None:
         """P18': every quarter lease, renew the claim of every call this instance is running."""
-        # A live run is never taken over, however long its tool runs: only a holder that
-        # stopped renewing (killed, frozen, cut off from the store) loses its key, once a
-        # whole lease has passed. Each renewal is a task of its own, started on the beat, so
-        # one that waits its longest (a third of the lease, Limits.wait) and fails delays
-        # neither the others nor the next beat's, which then still lands in time.
-        if self._renewals is None:
-            raise RuntimeError(NOT_OPEN)
-        while True:
-            await anyio.sleep(self.limits.lease / 4)
-            for (store_key, owner), key in list(self._running.items()):
-                self._renewals.start_soon(self.renew, key, store_key, owner)
+        # A live run is never taken over, however long its tool runs: only a holder that stopped
+        # renewing (killed, frozen, cut off from the store) loses its key, once a whole lease has
+        # passed. Each renewal is a task started on the beat, so one that waits its longest (a third
+        # of the lease, Limits.wait) and fails delays neither the others nor the next beat's.
+        async with anyio.create_task_group() as renewals:
+            while True:
+                await anyio.sleep(self.limits.lease / 4)
+                for (store_key, owner), key in list(self._running.items()):
+                    renewals.start_soon(self.renew, key, store_key, owner)
 
     async def renew(self, key: str, store_key: str, owner: str) -> None:
         """P18': one claim's lease renewed; a claim no longer ours (completed, taken over, forgotten) is let go."""

@@ -17,8 +17,10 @@ from typing import Any
 from pydantic_core import to_json
 
 __all__ = [
+    "ARGUMENT_MARK",
     "CLIENT_CAPABILITIES",
     "CONFLICT",
+    "DEFAULT_PLACEMENT",
     "ERROR_CODE",
     "EXTENSION_ID",
     "INTERNAL_ERROR",
@@ -42,6 +44,7 @@ __all__ = [
     "declared",
     "downstream_key",
     "fingerprint",
+    "marked_argument",
     "principal_name",
     "principal_of",
     "rejection",
@@ -97,8 +100,9 @@ def as_json_value(value: Any) -> Any:
     return value
 
 
-def fingerprint(tool: str, arguments: dict[str, Any] | None) -> bytes:
-    """P3 (E1-E6): a digest equal for two calls exactly when they are the same request."""
+def fingerprint(tool: str, arguments: dict[str, Any] | None, key_argument: str | None = None) -> bytes:
+    """P3 (E1-E6): a digest equal for two calls exactly when they are the same request; a declared key
+    argument (`key_argument`, P26) is the key, not the request, so it plays no part."""
     # as_json_value removes member order (E2) and makes numbers compare by value
     # (E3); strings are compared as parsed, escapes already resolved, with no
     # Unicode normalisation (E4); absent arguments count as {} and _meta is never
@@ -107,7 +111,8 @@ def fingerprint(tool: str, arguments: dict[str, Any] | None) -> bytes:
     # digest: SHA-256 measured cheaper at every size (benchmarks/RESULTS.md, 2b). It
     # stays because a new digest changes every stored fingerprint, so a retry across
     # the upgrade would read as a conflict (docs/costs.md): a schema version's change.
-    text = to_json([tool, as_json_value(arguments or {})], inf_nan_mode="constants")
+    others = {name: value for name, value in (arguments or {}).items() if name != key_argument}
+    text = to_json([tool, as_json_value(others)], inf_nan_mode="constants")
     return hashlib.blake2b(text, digest_size=32).digest()
 
 
@@ -202,18 +207,43 @@ def capability(longest: int, retention: float) -> dict[str, int]:
 EXTENSION_ID = "com.example.sep3182/idempotency"
 META_KEY = "com.example.sep3182/idempotencyKey"
 
+# The mark a tool puts on the one inputSchema property that carries the key. Spelled as
+# SEP-2243's `x-mcp-header` marks a property for a header: the `x-` prefix is JSON Schema's
+# convention for a keyword validators ignore, `mcp-` says the protocol reads it, and the
+# rest says what for. `true`, not a name: the property's own name is the tool's to choose.
+ARGUMENT_MARK = "x-mcp-idempotency-key"
+
 
 class Placement(enum.Enum):
-    """P26: the SEP's field and capability, or an extension with a request _meta key."""
+    """P26: the SEP's field and capability, an extension with a request _meta key, or a declared argument."""
 
     PARAMS = "params"  # params.idempotencyKey, capabilities.tools.idempotency (the SEP's, W1, C1)
     META = "meta"  # params._meta[META_KEY], capabilities.extensions[EXTENSION_ID] (SEP-2133)
+    ARGUMENT = "argument"  # params.arguments[the property marked ARGUMENT_MARK in the tool's inputSchema]
 
 
-def sent_key(params: Mapping[str, Any], placement: Placement) -> Any:
-    """P1, P26: what the request carries where this placement reads a key; a key in the other place is no key."""
+# The extension's _meta key unless a server picks another (docs/options.md): it survives every
+# SDK and re-serialising proxy measured, the model never sees it, and no core schema changes.
+DEFAULT_PLACEMENT = Placement.META
+
+
+def marked_argument(input_schema: Mapping[str, Any]) -> str | None:
+    """P26: the name of the property a tool's inputSchema marks as its key, or None: that tool takes no key."""
+    properties = input_schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return None
+    marked = [name for name, schema in properties.items() if isinstance(schema, Mapping) and schema.get(ARGUMENT_MARK)]
+    return marked[0] if len(marked) == 1 else None  # two marks say no one key: the tool takes none
+
+
+def sent_key(params: Mapping[str, Any], placement: Placement, key_argument: str | None = None) -> Any:
+    """P1, P26: what the request carries where this placement reads a key; a key in another place is no key.
+    `key_argument` is the called tool's marked property (marked_argument), for the argument placement."""
     if placement is Placement.PARAMS:
         return params.get("idempotencyKey")
+    if placement is Placement.ARGUMENT:
+        arguments = params.get("arguments")
+        return arguments.get(key_argument) if key_argument and isinstance(arguments, Mapping) else None
     meta = params.get("_meta")
     return meta.get(META_KEY) if isinstance(meta, Mapping) else None  # a malformed _meta is the SDK's to refuse
 
@@ -222,8 +252,11 @@ def advertise(capabilities: dict[str, Any], placement: Placement, settings: dict
     """C1, P14, P26: the capability's settings where this placement advertises them, and only there."""
     if placement is Placement.PARAMS:
         capabilities.setdefault("tools", {})["idempotency"] = settings
-    else:
+    elif placement is Placement.META:
         capabilities["extensions"] = {**(capabilities.get("extensions") or {}), EXTENSION_ID: settings}
+    # The argument placement advertises nothing: the marked property in the tool's own schema is the
+    # whole declaration (per tool, its maxLength the longest key), and a capability beside it could only
+    # repeat the tool list or contradict it; a client that reads a capability would put its key elsewhere.
 
 
 # ----------------------------------------------------------------------------
