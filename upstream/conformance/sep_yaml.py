@@ -6,7 +6,8 @@ row: a `check:` row when a check of the idempotency scenario tests it, else an
 human to settle (a check to write, or an exclusion to confirm). MAY sentences get no row,
 as the suite's own guide asks. Standard library only.
 
-    python3 upstream/conformance/sep_yaml.py docs/seps/0000-request-idempotency.md > upstream/conformance/src/seps/sep-3182.yaml
+    python3 upstream/conformance/sep_yaml.py docs/seps/0000-request-idempotency.md \
+        > upstream/conformance/src/seps/sep-3182.yaml
 """
 
 import argparse
