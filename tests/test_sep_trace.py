@@ -70,3 +70,14 @@ def test_a_sentence_changed_in_the_sep_is_caught():
 def test_sentences_split_at_their_ends_and_join_across_lines():
     text = "# Title\n\nA server **MUST** do\nthis. It `x` then.\n\n- An item SHOULD hold.\n\n```\nMUST not read\n```\n"
     assert sentences(text) == ["A server MUST do this.", "It `x` then.", "An item SHOULD hold."]
+
+
+def test_the_sep_is_at_most_3000_words_outside_code_blocks():
+    assert len(FENCED.sub("", SEP.read_text(encoding="utf-8")).split()) <= 3000
+
+
+def test_the_sep_names_no_test_and_none_of_this_projects_row_or_position_ids():
+    # Ids such as S3, K2, P18' and P5' are the project's summary of the SEP, not the SEP's own;
+    # a Working Group reader cannot follow them, nor a test's name, without a clone.
+    text = SEP.read_text(encoding="utf-8")
+    assert not re.findall(r"\btest_\w+|\b(?:[WCSERKLAP]\d{1,2}[a-z]?'*)(?![\w-])", FENCED.sub("", text))
