@@ -46,6 +46,7 @@ VARIANTS = {
 SHORT_LEASE = ["--lease", "1"]
 READY_SECONDS = 20
 META = ["--placement", "meta"]  # P26 on the server's command line, and the same on the kit's
+FIELD = ["--placement", "params"]  # the SEP's field, which the 2.x targets and stand-ins mean (the default is _meta)
 # P25: the 2.x ledger server's tool that asks the user to confirm before it charges (2026-07-28).
 ASKS_FIRST = ["--input-required-tool", "charge_confirmed"]
 
@@ -75,7 +76,7 @@ def ledger_server() -> list[str]:
 
 def field_server() -> list[str]:
     """The 2.x ledger server in the SEP's field placement, which these targets mean (its default is _meta)."""
-    return [*ledger_server(), "--placement", "params"]
+    return [*ledger_server(), *FIELD]
 
 
 def typescript_server() -> list[str]:
@@ -131,14 +132,15 @@ SERVED = {
 }
 for name, (script, _) in STAND_INS.items():
     transport, server_options, kit_options = SERVED.get(name, ("stdio", [], []))
+    placement = [] if "--placement" in server_options else FIELD  # told to the kit too: some break the capability
     TARGETS[name] = (
         name,
         transport,
-        lambda script=script, server_options=server_options: [
+        lambda script=script, server_options=[*server_options, *placement]: [
             *python_2x(f"tests/stand_ins/{script}"),
             *server_options,
         ],
-        kit_options,
+        [*kit_options, *placement],
     )
 
 ISSUE_25_CHECKS = [

@@ -1,6 +1,6 @@
 """A server whose tool starts work in the background and returns at once, the way a tool author writes it.
 
-    python spawning_server.py --store URL [--verbose]
+    python spawning_server.py --store URL [--placement params|meta|argument] [--verbose]
 
 `note_later(text)` starts a task with asyncio, which copies the call's context, the layer's open unit of
 work included, and answers before the task runs; the task then writes the note in a unit of work of its
@@ -20,11 +20,12 @@ from mcp_idempotency.rules import Placement
 parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
 parser.add_argument("--store", required=True, metavar="URL")
 parser.add_argument("--verbose", action="store_true", help="log every idempotency decision on stderr")
+parser.add_argument("--placement", type=Placement, default=Placement.PARAMS, help="where keys are read (tests/wire.py)")
 options = parser.parse_args()
 logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if options.verbose else logging.INFO)
 
 NOTES = "CREATE TABLE IF NOT EXISTS notes (text TEXT NOT NULL)"
-keys = Idempotency(options.store, tables=[NOTES], placement=Placement.PARAMS)  # the SEP's field, as the kit sends
+keys = Idempotency(options.store, tables=[NOTES], placement=options.placement)
 mcp = MCPServer("notes", version="1.0", extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan)
 started: set[asyncio.Task[None]] = set()  # asyncio keeps only weak references to its tasks
 

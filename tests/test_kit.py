@@ -112,9 +112,10 @@ def run(*options: str) -> subprocess.CompletedProcess:
 
 
 def stdio_command(script: str | None, tmp_path) -> str:
-    """The 2.x ledger server (no script) or a stand-in script, on a SQLite store of its own."""
+    """The 2.x ledger server (no script) or a stand-in script, on a SQLite store of its own, keys in the SEP's field."""
     server = SDK2_SERVER if script is None else [str(ROOT / script)]
-    return subprocess.list2cmdline([sdk2_python(), *server, "--store", f"sqlite:{tmp_path / 'store.db'}"])
+    store = ["--store", f"sqlite:{tmp_path / 'store.db'}"]
+    return subprocess.list2cmdline([sdk2_python(), *server, *store, "--placement", "params"])
 
 
 def test_list_prints_every_check():
@@ -128,6 +129,7 @@ def test_a_failing_check_fails_the_run_unless_baselined_and_a_stale_baseline_fai
     baseline = tmp_path / "expected.yaml"
     baseline.write_text("server:\n  - sep-3182-capability-declared\n")
     chosen = ["--check", "sep-3182-capability-declared", "--check", "sep-3182-repeat-executes-once"]
+    chosen += ["--placement", "params"]  # the stand-in drops the field's capability, so no placement can be read
 
     regression = run("--command", stand_in, *chosen, "--json", str(tmp_path / "checks.json"))
     expected = run("--command", stand_in, *chosen, "--expected-failures", str(baseline))

@@ -445,8 +445,7 @@ def start(
     if target == "1x-stdio":
         return LegacyStdioWire(target, [sys.executable, *(server or [str(SERVER)]), "--verbose", *server_args])
     command = [sdk2_python(), *(server or SDK2_SERVER), "--verbose"]
-    if "--placement" not in server_args:
-        command += ["--placement", "params"]  # these targets mean the SEP's field; the server's default is _meta
+    command += [] if "--placement" in server_args else ["--placement", "params"]  # the SEP's field, not the default
     if not any(arg.startswith("--store") for arg in server_args):
         folder = store_dir or Path(tempfile.mkdtemp(prefix="sep3182-"))
         folder.mkdir(parents=True, exist_ok=True)
