@@ -20,9 +20,12 @@ SCENARIOS = ROOT / "retry" / "scenarios.py"
 # scenarios from retry/, which PYTHONPATH names.
 NEW_KEY_PER_ATTEMPT = """
 from mcp_idempotency import client
+from mcp_idempotency.rules import Placement
 send_once = client.attempt
 async def attempt(connection, request, timeout):
-    request.params.idempotency_key = client.new_key()
+    sent = request.params.model_dump(by_alias=True, exclude_none=True)
+    placement = Placement.PARAMS if "idempotencyKey" in sent else Placement.META
+    request = client.keyed_request(sent["name"], sent.get("arguments", {}), client.new_key(), placement)
     return await send_once(connection, request, timeout)
 client.attempt = attempt
 import scenarios
