@@ -94,6 +94,8 @@ async def test_claims_of_one_principal_take_turns_for_its_share_and_no_other_pri
         await store.close()
 
 
+@pytest.mark.slow
+@pytest.mark.serial  # it measures a wait, which four workers on two cores stretch past its bound
 async def test_a_claim_on_a_frozen_key_answers_in_progress_after_its_wait_and_holds_up_no_other_principal(postgres_url):
     """P23, issue 16 finding 2: an instance frozen between its completion and its COMMIT holds its key's
     row; a retry's takeover waits on it for the store's wait at most, then answers in progress (it waited
