@@ -25,7 +25,7 @@ PLACEMENTS = {
     "meta": '`_meta["com.example.sep3182/idempotencyKey"]` (an extension)',
     "argument": "`arguments.idempotency_key`, marked `x-mcp-idempotency-key` (a declared argument)",
 }
-TYPESCRIPT_PLACEMENTS = ("params", "meta")  # the TypeScript SDKs are measured in these two (placement_ts.mjs)
+TYPESCRIPT_PLACEMENTS = tuple(PLACEMENTS)  # the TypeScript SDKs are measured in all three (placement_ts.mjs)
 
 
 def measured_python() -> dict:
@@ -39,7 +39,7 @@ def measured_python() -> dict:
 
 
 def measured_typescript() -> dict:
-    """The TypeScript SDKs, both placements, from placement_ts.mjs against the ledger server in each placement."""
+    """The TypeScript SDKs, every placement, from placement_ts.mjs against the ledger server in each placement."""
     npm_installed(INTEROP)
     servers = [[*ledger_server(), "--store", "memory", "--placement", placement] for placement in TYPESCRIPT_PLACEMENTS]
     with http_servers(servers) as urls:
@@ -61,6 +61,11 @@ def kept(capability) -> bool:
     return capability == {"maxKeyLength": 255, "retentionSeconds": 86400}
 
 
+def marked(schema) -> bool:
+    """Does a tool's property carry the mark that makes it the key (the declared argument's only declaration)?"""
+    return bool((schema or {}).get("x-mcp-idempotency-key"))
+
+
 def argument_row(sdk: str, argument: dict) -> list[str]:
     """mcp 2.x in the argument placement: an argument like any other, its mark kept in the tool list."""
     return [
@@ -74,7 +79,7 @@ def argument_row(sdk: str, argument: dict) -> list[str]:
             f"handler {argument['handler']}",
         ),
         said(
-            bool((argument["capability_typed"] or {}).get("x-mcp-idempotency-key")),
+            marked(argument["capability_typed"]),
             "no capability: the typed `list_tools()` keeps the mark on the property "
             "(`Field(json_schema_extra=...)`, 1 line)",
             "the typed tool list drops the mark",
@@ -165,10 +170,11 @@ def python_rows(measured: dict) -> list[list[str]]:
 
 
 # How each TypeScript server SDK lets a server see the key and write the capability, by placement: the
-# callback's view, the seam below it, and the one line that advertises.
+# callback's view, the seam below it, the one line that advertises, and the schema a tool declares its key in.
 TYPESCRIPT_SERVERS = {
     "server_v1": {
         "label": "{v1} (`McpServer`)",
+        "schema": "the zod shape `registerTool` takes",
         "handler": "the tool callback's `extra._meta[KEY]`, and the raw message on the `Transport`",
         "seam": "only on the `Transport` (a wrapper reads the raw message, as typescript/server.ts does); "
         "`CallToolRequestSchema` drops it before any handler",
@@ -176,6 +182,7 @@ TYPESCRIPT_SERVERS = {
     },
     "server_v2": {
         "label": "{server_v2} (`McpServer`, 2026-07-28)",
+        "schema": "the `z.object` `registerTool` takes",
         "handler": "the tool callback's `ctx.mcpReq._meta[KEY]`, and the raw body at `createMcpHandler`'s `fetch`",
         "seam": "only at `createMcpHandler`'s `fetch` (a wrapper reads the raw body first); the tool callback "
         "gets validated arguments and `ctx.mcpReq`, which holds no params",
@@ -205,28 +212,75 @@ def typescript_server_row(server: str, sdks: dict, placement: str, measured: dic
     ]
 
 
+def typescript_argument_server_row(server: str, sdks: dict, measured: dict) -> list[str]:
+    """One TypeScript server SDK with the declared argument: does its tool callback get the key, and does
+    tools/list carry the mark its zod schema put on the property?"""
+    how = TYPESCRIPT_SERVERS[server]
+    return [
+        how["label"].format(**sdks),
+        PLACEMENTS["argument"],
+        "(a server)",
+        said(
+            measured["handler"],
+            "the tool callback's validated arguments (`args.idempotency_key`), as declared",
+            "validation drops it before the tool callback" if measured["transport"] else "not even at its seam",
+        ),
+        said(
+            marked(measured["capability_on_the_wire"]),
+            "no capability: `tools/list` shows the mark, put on the property by zod's "
+            f"`.meta({{[mark]: true}})` in {how['schema']} (1 line)",
+            "`tools/list` drops the mark",
+        ),
+    ]
+
+
+# What a TypeScript client calls, by placement, and what its typed view keeps (or drops) of the declaration.
+TYPESCRIPT_CLIENTS = {
+    "params": {
+        "call": "{..., idempotencyKey: key}",
+        "kept": "the typed `getServerCapabilities().tools.idempotency` keeps it",
+        "dropped": "the typed `getServerCapabilities().tools` drops it: read the raw result",
+    },
+    "meta": {
+        "call": "{..., _meta: {[KEY]: key}}",
+        "kept": "the typed `getServerCapabilities().extensions[id]` keeps it",
+        "dropped": "the typed `getServerCapabilities().extensions` drops it: read the raw result",
+    },
+    "argument": {
+        "call": "{..., arguments: {..., idempotency_key: key}}",
+        "kept": "no capability: the typed `listTools()` keeps the mark on the property",
+        "dropped": "no capability, and the typed `listTools()` drops the mark: read the raw result",
+    },
+}
+
+
+def typescript_client_row(sdk: str, placement: str, measured: dict) -> list[str]:
+    """One TypeScript client SDK in one placement: was the key sent, and does its typed view keep the declaration?"""
+    how = TYPESCRIPT_CLIENTS[placement]
+    declared = marked if placement == "argument" else kept
+    return [
+        sdk,
+        PLACEMENTS[placement],
+        said(measured["sent"], f"`client.callTool({how['call']})` sends params as given (1 line)", "dropped"),
+        "(a client)",
+        said(declared(measured["capability_typed"]), how["kept"], how["dropped"]),
+    ]
+
+
 def typescript_rows(measured: dict) -> list[list[str]]:
     """The TypeScript SDKs' rows: the v2 client, the 1.x client, the 1.x server, the v2 server, in each placement."""
     sdks, rows = measured["sdks"], measured["rows"]
     lines = []
     for placement in TYPESCRIPT_PLACEMENTS:
-        where, row = PLACEMENTS[placement], rows[placement]
-        field = "{..., idempotencyKey: key}" if placement == "params" else "{..., _meta: {[KEY]: key}}"
+        row = rows[placement]
         for client, sdk in (("client_v2", sdks["client_v2"]), ("client_v1", f"{sdks['v1']} (client)")):
-            lines.append(
-                [
-                    sdk,
-                    where,
-                    said(row[client]["sent"], f"`client.callTool({field})` sends params as given (1 line)", "dropped"),
-                    "(a client)",
-                    said(
-                        kept(row[client]["capability_typed"]),
-                        "the typed `getServerCapabilities().extensions[id]` keeps it",
-                        "the typed `getServerCapabilities().tools` drops it: read the raw result",
-                    ),
-                ]
-            )
-        lines += [typescript_server_row(server, sdks, placement, row[server]) for server in TYPESCRIPT_SERVERS]
+            lines.append(typescript_client_row(sdk, placement, row[client]))
+        lines += [
+            typescript_argument_server_row(server, sdks, row[server])
+            if placement == "argument"
+            else typescript_server_row(server, sdks, placement, row[server])
+            for server in TYPESCRIPT_SERVERS
+        ]
     return lines
 
 

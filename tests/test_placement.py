@@ -328,8 +328,16 @@ def test_the_placement_table_is_what_the_sdks_do():
     for server in ("server_v1", "server_v2"):  # sdk 1.32.2's McpServer, and @modelcontextprotocol/server 2.4.0's
         assert typescript["rows"]["params"][server]["transport"] and not typescript["rows"]["params"][server]["handler"]
         assert typescript["rows"]["meta"][server]["handler"], server
+    # The declared argument on the TypeScript SDKs: both clients send it and keep the mark in their typed tool
+    # list; both servers' zod schemas carry the mark into tools/list, and the tool callback gets the key.
+    argument = typescript["rows"]["argument"]
+    for client in ("client_v2", "client_v1"):
+        assert argument[client]["sent"] and placement_table.marked(argument[client]["capability_typed"]), client
+    for server in ("server_v1", "server_v2"):
+        assert argument[server]["handler"], server
+        assert argument[server]["capability_on_the_wire"] == {"type": "string", "maxLength": 255, MARK: True}, server
     # typescript/README.md, P25: the v2 server speaks 2026-07-28 and carries an input-required round trip.
-    for placement in ("params", "meta"):
+    for placement in placement_table.TYPESCRIPT_PLACEMENTS:
         assert typescript["rows"][placement]["server_v2"]["protocol"] == ["2026-07-28"]
         assert typescript["rows"][placement]["server_v2"]["input_required"]
     # The doc holds exactly this run's table (python3 tests/placement_table.py --write brings it up to date).
