@@ -120,7 +120,8 @@ def launch(
         environment += [f"PYTHONPATH={INSTRUMENTS}", *(f"{name}={value}" for name, value in instruments.items())]
     if target == "1x-stdio":
         return LegacyStdioWire(target, [*environment, sys.executable, str(server or SERVER), *flags, *server_args])
-    command = [*environment, sdk2_python(), *SDK2_SERVER, *flags, *server_args]
+    placement = ["--placement", "params"]  # where tests/wire.py sends keys (the default is _meta)
+    command = [*environment, sdk2_python(), *SDK2_SERVER, *flags, *placement, *server_args]
     if target == "2x-stdio":
         return ModernStdioWire(target, command)
     port = free_port()
