@@ -55,7 +55,7 @@ start_2x() {  # start the 2.x ledger server over HTTP with a fresh store; sets s
   dir=$(mktemp -d "$tmp/2x.XXXX")
   port=$(free_port)
   log=$dir/server.log
-  "$python2x" -m mcp_idempotency_demo.ledger_server --transport http --host 127.0.0.1 --port "$port" \
+  "$python2x" -m mcp_idempotency_demo.ledger_server --transport http --host 127.0.0.1 --port "$port" --placement params \
     --store "sqlite:$dir/store.db" --verbose >"$log" 2>&1 &
   server=$!
   url=http://127.0.0.1:$port/mcp
