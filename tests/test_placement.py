@@ -90,30 +90,6 @@ def test_meta_placement_rejects_the_key_reused_with_other_arguments(meta_server)
     assert charges(meta_server) == before + 1
 
 
-def test_meta_placement_rejects_at_once_a_repeat_of_a_call_still_running(meta_server):
-    before, key = charges(meta_server), new_key()
-    running = meta_charge(meta_server, key)
-    time.sleep(CHARGE_DELAY / 4)  # the first call has claimed the key and is charging
-    started = time.monotonic()
-    repeat = meta_server.reply(meta_charge(meta_server, key))
-    assert error_type(repeat) == IN_PROGRESS, repeat
-    assert time.monotonic() - started < CHARGE_DELAY  # S1: rejected at once, not after the charge
-    assert "result" in meta_server.reply(running)
-    assert charges(meta_server) == before + 1
-
-
-def test_meta_placement_refuses_an_invalid_key_and_runs_nothing(meta_server):
-    before = charges(meta_server)
-    refused = meta_server.reply(meta_charge(meta_server, "k" * 256))
-    assert error_type(refused) == INVALID_KEY, refused
-    assert charges(meta_server) == before
-
-
-# ----------------------------------------------------------------------------
-# P1 per placement: a key in the other place is no key
-# ----------------------------------------------------------------------------
-
-
 def test_meta_placement_runs_every_call_with_a_key_in_params(meta_server):
     before, key = charges(meta_server), new_key()
     for _ in range(2):
@@ -157,6 +133,35 @@ def argument_charge(wire: Wire, key, amount: int = 100, tool: str = "charge_guar
     return wire.send_call(tool, {"amount": amount, "idempotency_key": key})
 
 
+# The server of each placement that is not the field's, and how a charge carries its key there.
+KEYED_CHARGES = {"meta": ("meta_server", meta_charge), "argument": ("argument_server", argument_charge)}
+
+
+@pytest.mark.parametrize("placement", KEYED_CHARGES)
+def test_each_placement_rejects_at_once_a_repeat_of_a_call_still_running(placement, server_target, request):
+    fixture, keyed_charge = KEYED_CHARGES[placement]  # on each transport (server_target)
+    server = request.getfixturevalue(fixture)
+    before, key = charges(server), new_key()
+    running = keyed_charge(server, key)
+    time.sleep(CHARGE_DELAY / 4)  # the first call has claimed the key and is charging
+    started = time.monotonic()
+    repeat = server.reply(keyed_charge(server, key))
+    assert error_type(repeat) == IN_PROGRESS, repeat
+    assert time.monotonic() - started < CHARGE_DELAY  # S1: rejected at once, not after the charge
+    assert "result" in server.reply(running)
+    assert charges(server) == before + 1
+
+
+@pytest.mark.parametrize("placement", KEYED_CHARGES)
+def test_each_placement_refuses_an_invalid_key_and_runs_nothing(placement, server_target, request):
+    fixture, keyed_charge = KEYED_CHARGES[placement]  # on each transport (server_target)
+    server = request.getfixturevalue(fixture)
+    before = charges(server)
+    refused = server.reply(keyed_charge(server, "k" * 256))
+    assert error_type(refused) == INVALID_KEY, refused
+    assert charges(server) == before
+
+
 def test_argument_placement_marks_one_property_of_the_charge_tool_and_no_other_tool(argument_server):
     tools = {tool["name"]: tool for tool in argument_server.request("tools/list", {})["result"]["tools"]}
     marked = {
@@ -184,25 +189,6 @@ def test_argument_placement_rejects_the_key_reused_with_other_arguments(argument
     reused = argument_server.reply(argument_charge(argument_server, key, amount=200))
     assert error_type(reused) == CONFLICT, reused
     assert charges(argument_server) == before + 1
-
-
-def test_argument_placement_rejects_at_once_a_repeat_of_a_call_still_running(argument_server):
-    before, key = charges(argument_server), new_key()
-    running = argument_charge(argument_server, key)
-    time.sleep(CHARGE_DELAY / 4)
-    started = time.monotonic()
-    repeat = argument_server.reply(argument_charge(argument_server, key))
-    assert error_type(repeat) == IN_PROGRESS, repeat
-    assert time.monotonic() - started < CHARGE_DELAY
-    assert "result" in argument_server.reply(running)
-    assert charges(argument_server) == before + 1
-
-
-def test_argument_placement_refuses_an_invalid_key_and_runs_nothing(argument_server):
-    before = charges(argument_server)
-    refused = argument_server.reply(argument_charge(argument_server, "k" * 256))
-    assert error_type(refused) == INVALID_KEY, refused
-    assert charges(argument_server) == before
 
 
 def test_argument_placement_runs_every_call_with_a_key_in_params_or_meta(argument_server):
