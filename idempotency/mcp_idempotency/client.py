@@ -50,7 +50,17 @@ from mcp import Client, ClientSession
 from mcp.shared.exceptions import MCPError
 
 from .keyed_call import KeyedCall, KeyedCallParams
-from .rules import ARGUMENT_MARK, CONFLICT, EXTENSION_ID, INVALID_KEY, META_KEY, RETRYABLE, Placement, marked_argument
+from .rules import (
+    ARGUMENT_MARK,
+    CONFLICT,
+    DEFAULT_PLACEMENT,
+    EXTENSION_ID,
+    INVALID_KEY,
+    META_KEY,
+    RETRYABLE,
+    Placement,
+    marked_argument,
+)
 
 __all__ = [
     "Connection",
@@ -135,7 +145,7 @@ class KeyTooLong(ValueError):
 class Settings:
     """What a server declares: where it reads the key, and its limits (None where it declares none)."""
 
-    placement: Placement = Placement.META
+    placement: Placement = DEFAULT_PLACEMENT
     max_key_length: int | None = None
     retention_seconds: float | None = None
     key_arguments: Mapping[str, str] = field(default_factory=dict)  # argument placement: tool -> marked property
@@ -224,7 +234,7 @@ def keyed_request(
     name: str,
     arguments: dict[str, Any],
     key: str,
-    placement: Placement = Placement.META,
+    placement: Placement = DEFAULT_PLACEMENT,
     key_argument: str | None = None,
 ) -> mcp_types.CallToolRequest:
     """A tools/call carrying `key` where `placement` puts it; `key_argument` is the tool's marked property."""
