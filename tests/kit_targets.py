@@ -12,8 +12,10 @@ stand-in must fall short on exactly the checks its one broken rule covers.
 """
 
 import argparse
+import fcntl
 import importlib.util
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -201,26 +203,36 @@ def http_servers(commands: list[list[str]]):
         yield [listening(*each) for each in started]
 
 
+@contextmanager
+def one_at_a_time(folder: Path):
+    """Hold `folder`'s lock: pytest's workers, and the tests of one worker, share node_modules and dist/."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
 def npm_installed(folder: Path) -> None:
     """`npm ci` in `folder`, exactly what its lockfile pins, unless node_modules was installed from this lockfile
     already: npm writes node_modules/.package-lock.json as it installs, so a lockfile changed since is newer."""
     installed = folder / "node_modules" / ".package-lock.json"
-    if not installed.exists() or installed.stat().st_mtime < (folder / "package-lock.json").stat().st_mtime:
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=folder, check=True, timeout=600)
+    with one_at_a_time(folder):
+        if not installed.exists() or installed.stat().st_mtime < (folder / "package-lock.json").stat().st_mtime:
+            subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=folder, check=True, timeout=600)
 
 
 def typescript_built() -> None:
-    """The TypeScript server compiled from typescript/server.ts, once per process: npm ci (as its lockfile pins
-    the SDK and the compiler) if nothing is installed yet, as tests/interop/run.sh does, then `npm run build`."""
-    global typescript_compiled
-    if typescript_compiled:
-        return
+    """The TypeScript server compiled from typescript/server.ts, as tests/interop/run.sh does: npm ci (as its
+    lockfile pins the SDK and the compiler) if nothing is installed yet, then `npm run build` unless dist/ is newer
+    than every file it is built from; compiled once for all of pytest's workers, not once in each (tsc takes 3 s)."""
     npm_installed(TYPESCRIPT)
-    subprocess.run(["npm", "run", "--silent", "build"], cwd=TYPESCRIPT, check=True, timeout=300)
-    typescript_compiled = True
-
-
-typescript_compiled = False  # this process has compiled the TypeScript server
+    built = TYPESCRIPT / "dist" / "server.js"
+    sources = [TYPESCRIPT / name for name in ("server.ts", "tsconfig.json", "package-lock.json")]
+    with one_at_a_time(TYPESCRIPT):
+        if not built.exists() or built.stat().st_mtime < max(source.stat().st_mtime for source in sources):
+            subprocess.run(["npm", "run", "--silent", "build"], cwd=TYPESCRIPT, check=True, timeout=300)
 
 
 def authorised(servers: ExitStack) -> tuple[list[str], list[str]]:
