@@ -102,8 +102,8 @@ def pytest_generate_tests(metafunc):
     if "target" in metafunc.fixturenames:
         marked = metafunc.definition.get_closest_marker("targets")
         targets = TARGETS if marked is None else [name for name in TARGETS if name in marked.args]
-        # A module's one server per target (shared_wire, outcome_wire) needs the target chosen per module.
-        per_module = {"shared_wire", "outcome_wire"} & set(metafunc.fixturenames)
+        # A module's one server per target (shared_wire, outcome_wire, tasks_wire) needs the target chosen per module.
+        per_module = {"shared_wire", "outcome_wire", "tasks_wire"} & set(metafunc.fixturenames)
         metafunc.parametrize(
             "target", [target_param(metafunc, name) for name in targets], scope="module" if per_module else None
         )

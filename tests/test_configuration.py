@@ -1,50 +1,69 @@
 """A misconfigured layer fails where it is built, in one line that names the fix, and opens nothing."""
 
+import json
 import subprocess
 
 import pytest
 from wire import new_key, sdk2_python, start
 
 BUILD = """
+import json
 import sys
 {hide}
 from mcp_idempotency.layer import Idempotency
-try:
-    Idempotency({url!r})
-except Exception as error:
-    print(type(error).__name__ + ": " + str(error))
-else:
-    print("accepted")
+
+
+def said(url):
+    try:
+        Idempotency(url)
+    except Exception as error:
+        return type(error).__name__ + ": " + str(error)
+    return "accepted"
+
+
+print(json.dumps({{url: said(url) for url in json.loads(sys.argv[1])}}))
 """
 NO_ASYNCPG = "sys.modules['asyncpg'] = None  # as on a machine where the extra was never installed"
+REFUSED = ["redis://127.0.0.1/0", "sqlite:", "sqlite", "notes.db", "postgresql:notes", ""]
+TAKEN = ["memory", "sqlite:notes.db", "postgresql://postgres@127.0.0.1/db"]
 
 
-def built(url: str, hide: str = "") -> str:
-    """What building the layer on `url` says, in the mcp 2.x environment, with nothing served."""
+def built(urls: list[str], hide: str = "") -> dict[str, str]:
+    """What building the layer on each of `urls` says, in turn, in one mcp 2.x process, with nothing served."""
     ran = subprocess.run(
-        [sdk2_python(), "-c", BUILD.format(url=url, hide=hide)], capture_output=True, text=True, timeout=60, check=True
+        [sdk2_python(), "-c", BUILD.format(hide=hide), json.dumps(urls)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
-    return ran.stdout.strip()
+    return json.loads(ran.stdout)
 
 
-@pytest.mark.parametrize(
-    "url", ["redis://127.0.0.1/0", "sqlite:", "sqlite", "notes.db", "postgresql:notes", ""], ids=repr
-)
-def test_a_store_url_the_package_cannot_open_is_refused_when_the_layer_is_built(url):
-    assert built(url) == (
+@pytest.fixture(scope="module")
+def said() -> dict[str, str]:
+    """What building the layer says on each URL of this module: one process builds them all (a layer opens nothing
+    when built, so one cannot change what the next says), not one process each."""
+    return built(REFUSED + TAKEN)
+
+
+@pytest.mark.parametrize("url", REFUSED, ids=repr)
+def test_a_store_url_the_package_cannot_open_is_refused_when_the_layer_is_built(said, url):
+    assert said[url] == (
         f"ValueError: unknown store {url!r}: use memory, sqlite:PATH or postgresql://USER@HOST/DATABASE"
     )
 
 
 def test_a_postgresql_store_without_its_driver_names_the_extra_to_install():
-    assert built("postgresql://postgres@127.0.0.1/db", hide=NO_ASYNCPG) == (
+    url = "postgresql://postgres@127.0.0.1/db"
+    assert built([url], hide=NO_ASYNCPG)[url] == (
         "ModuleNotFoundError: a postgresql:// store needs the asyncpg driver: pip install 'mcp-idempotency[postgres]'"
     )
 
 
-@pytest.mark.parametrize("url", ["memory", "sqlite:notes.db", "postgresql://postgres@127.0.0.1/db"])
-def test_a_store_url_the_package_can_open_is_taken_without_opening_it(url):
-    assert built(url) == "accepted"
+@pytest.mark.parametrize("url", TAKEN)
+def test_a_store_url_the_package_can_open_is_taken_without_opening_it(said, url):
+    assert said[url] == "accepted"
 
 
 WIRED = """
