@@ -8,7 +8,7 @@ that, by hand, to a server that is still charging.
 import time
 
 import pytest
-from wire import IN_PROGRESS, REPLY_TIMEOUT, error_type, text_of
+from wire import IN_PROGRESS, REPLY_TIMEOUT, error_type, new_key, text_of
 
 KEY = "order-1"
 CHARGED = "Charged 100. New balance: 100"
@@ -96,12 +96,14 @@ def test_client_leaving_mid_call_lets_the_call_finish_and_be_recorded(slow_serve
 
 
 @pytest.mark.parametrize("which", ["finished", "unknown"])
-def test_cancel_of_a_request_that_is_not_running_is_ignored(wire, which):
+def test_cancel_of_a_request_that_is_not_running_is_ignored(shared_wire, which):
     """A cancel for a finished request, or an id never sent, changes nothing: the key still replays."""
-    finished = wire.send_call("charge_guarded", {"amount": 100}, key=KEY)
-    assert text_of(wire.reply(finished)) == CHARGED
+    key, before = new_key(), shared_wire.ledger()
+    charged = f"Charged 100. New balance: {before['balance'] + 100}"
+    finished = shared_wire.send_call("charge_guarded", {"amount": 100}, key=key)
+    assert text_of(shared_wire.reply(finished)) == charged
 
-    wire.cancel(finished if which == "finished" else "no-such-request")
-    assert wire.alive()
-    assert text_of(wire.charge(100, key=KEY)) == CHARGED
-    assert wire.ledger() == {"balance": 100, "charges": 1}
+    shared_wire.cancel(finished if which == "finished" else "no-such-request")
+    assert shared_wire.alive()
+    assert text_of(shared_wire.charge(100, key=key)) == charged
+    assert shared_wire.ledger() == {"balance": before["balance"] + 100, "charges": before["charges"] + 1}

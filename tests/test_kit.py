@@ -10,7 +10,7 @@ import threading
 import kit_targets
 import pytest
 from kit_targets import kit
-from wire import ROOT, SDK2_SERVER, sdk2_python
+from wire import ONE_PER_SDK, ROOT, SDK2_SERVER, sdk2_python
 
 REQUIREMENTS = kit.load_requirements(ROOT / "conformance" / "sep-3182.yaml")["requirements"]
 CHECK_IDS = {check.id for check in kit.CHECKS}
@@ -201,6 +201,9 @@ EQUIVALENCE = [
 ]
 
 
+# The kit's rule checks read the same on either 2.x transport: the quick set runs them on one transport per SDK, the
+# slow set on every target (and the whole kit against every server besides).
+@pytest.mark.quick_targets(*ONE_PER_SDK)
 def test_kit_equivalence_rows_pass_on_every_target(target):
     """Each spelling of one request replays; each different request under the key is a conflict."""
     results, output = kit_targets.run_kit(target, EQUIVALENCE)
@@ -209,6 +212,7 @@ def test_kit_equivalence_rows_pass_on_every_target(target):
     assert all(entry["details"].get("unshaped", {}) == {} for entry in results), output
 
 
+@pytest.mark.quick_targets(*ONE_PER_SDK)
 def test_kit_retention_and_bound_rows_pass_on_every_target(target):
     """P8 (--retention 1): a key replays inside its window and runs anew after it. P9 (--max-records 3): a new
     key is refused with -32602 idempotency_store_full and its key; replays and unkeyed calls carry on."""
@@ -245,12 +249,13 @@ def test_kit_main_server_rows_pass_on_every_target(target):
     assert {entry["id"]: entry["status"] for entry in results} == dict.fromkeys(MAIN_SERVER_ROWS, "SUCCESS"), output
 
 
-# The TypeScript server's run is in the slow set, where the whole kit holds it to this check as well.
-TYPESCRIPT_SLOW = pytest.param("ts-stdio", marks=pytest.mark.slow)
+# The TypeScript server's run, and the 2.x server's over stdio (the lease is the layer's, not the transport's), are in
+# the slow set, where the whole kit holds them to this check as well.
+SLOW = [pytest.param(server, marks=pytest.mark.slow) for server in ("2x-stdio", "ts-stdio")]
 
 
 @pytest.mark.targets("1x-stdio", "2x-stdio", "2x-http")  # and the TypeScript server, which is no target
-@pytest.mark.parametrize("server", ["1x-stdio", "2x-stdio", "2x-http", TYPESCRIPT_SLOW])
+@pytest.mark.parametrize("server", ["1x-stdio", "2x-http", *SLOW])
 def test_a_charge_three_times_slower_than_its_lease_is_never_taken_over_on_any_server(server):
     """P18': retried every half second past its lease, the charge is refused as in progress at once until it
     completes, replays then, and charged once: the 2.x server renews its lease; one process has none."""
