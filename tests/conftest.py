@@ -134,7 +134,8 @@ def spawn(target, tmp_path):
 def spawn_typescript():
     """Start the TypeScript server (typescript/server.ts, compiled) over stdio, after the 2025 handshake, with
     command-line options: spawn_typescript("--max-records", "2")."""
-    from kit_targets import typescript_built, typescript_server  # loads the kit: only for the tests that ask
+    from kit_targets import typescript_server  # loads the kit: only for the tests that ask
+    from node_packages import typescript_built
 
     typescript_built()
     wires = []

@@ -12,10 +12,8 @@ stand-in must fall short on exactly the checks its one broken rule covers.
 """
 
 import argparse
-import fcntl
 import importlib.util
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -24,6 +22,7 @@ import time
 from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 
+from node_packages import TYPESCRIPT, typescript_built
 from oauth import READ, RESOURCE, Issuer
 from stand_in_table import STAND_INS, SWITCHED
 from wire import ROOT, SDK2_SERVER, free_port, sdk2_python
@@ -34,7 +33,6 @@ _spec = importlib.util.spec_from_file_location("kit", KIT)
 kit = importlib.util.module_from_spec(_spec)
 sys.modules["kit"] = kit
 _spec.loader.exec_module(kit)
-TYPESCRIPT = ROOT / "typescript"
 PYTHON_1X = sys.executable  # the interpreter that runs this has mcp 1.x, as conftest.py assumes for 1x-stdio
 VARIANTS = {
     "": [],
@@ -201,38 +199,6 @@ def http_servers(commands: list[list[str]]):
     with ExitStack() as stack:
         started = [stack.enter_context(http_process(command)) for command in commands]
         yield [listening(*each) for each in started]
-
-
-@contextmanager
-def one_at_a_time(folder: Path):
-    """Hold `folder`'s lock: pytest's workers, and the tests of one worker, share node_modules and dist/."""
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)  # releases the lock
-
-
-def npm_installed(folder: Path) -> None:
-    """`npm ci` in `folder`, exactly what its lockfile pins, unless node_modules was installed from this lockfile
-    already: npm writes node_modules/.package-lock.json as it installs, so a lockfile changed since is newer."""
-    installed = folder / "node_modules" / ".package-lock.json"
-    with one_at_a_time(folder):
-        if not installed.exists() or installed.stat().st_mtime < (folder / "package-lock.json").stat().st_mtime:
-            subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=folder, check=True, timeout=600)
-
-
-def typescript_built() -> None:
-    """The TypeScript server compiled from typescript/server.ts, as tests/interop/run.sh does: npm ci (as its
-    lockfile pins the SDK and the compiler) if nothing is installed yet, then `npm run build` unless dist/ is newer
-    than every file it is built from; compiled once for all of pytest's workers, not once in each (tsc takes 3 s)."""
-    npm_installed(TYPESCRIPT)
-    built = TYPESCRIPT / "dist" / "server.js"
-    sources = [TYPESCRIPT / name for name in ("server.ts", "tsconfig.json", "package-lock.json")]
-    with one_at_a_time(TYPESCRIPT):
-        if not built.exists() or built.stat().st_mtime < max(source.stat().st_mtime for source in sources):
-            subprocess.run(["npm", "run", "--silent", "build"], cwd=TYPESCRIPT, check=True, timeout=300)
 
 
 def authorised(servers: ExitStack) -> tuple[list[str], list[str]]:

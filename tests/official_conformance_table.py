@@ -19,7 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kit_targets import http_servers, ledger_server, npm_installed, with_table
+from kit_targets import http_servers, ledger_server, with_table
+from node_packages import npm_installed
 from wire import ROOT, sdk2_python
 
 SUITE = ROOT / "tests" / "official_conformance"

@@ -14,10 +14,10 @@ import json
 import subprocess
 import sys
 
-from kit_targets import http_servers, ledger_server, npm_installed, with_table
+from kit_targets import http_servers, ledger_server, with_table
+from node_packages import INTEROP, npm_installed
 from wire import ROOT, sdk2_python
 
-INTEROP = ROOT / "tests" / "interop"
 DOC = ROOT / "docs" / "placement.md"
 MARKS = ("<!-- table: tests/placement_table.py --write writes from here -->", "<!-- to here -->")
 PLACEMENTS = {

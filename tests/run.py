@@ -1,4 +1,4 @@
-"""Every test from a fresh clone: make the two environments the suite needs, then run pytest.
+"""Every test from a fresh clone: make the two environments the suite needs (and its Node packages), then run pytest.
 
     python3 tests/run.py             the quick set: every test but the slow ones, in four processes; prints its time
                                      (1,303 tests: 3 min 55 s to 4 min 28 s on 2 quiet cores, fresh clones)
@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from node_packages import INTEROP, npm_installed, typescript_built
 from throwaway_postgres import throwaway_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +78,8 @@ def main() -> None:
         wheel = built_wheel(pythons[".venv-2x"], folder)
         for name, installs in ENVIRONMENTS.items():
             install(pythons[name], installs, wheel)
+    npm_installed(INTEROP)  # and the Node packages: the TypeScript SDKs' clients, and our TypeScript server, built
+    typescript_built()
     # Four pytest workers (pytest-xdist) on two cores: most tests wait on a server's charge, lease or start; with two,
     # a sample of the quick set (Tasks, cancellation, authorisation) kept one core busy, and took 62 s to four's 52.
     options = sys.argv[1:] or ["-m", "not slow", "-n", "4"]

@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import fresh_store
-from kit_targets import typescript_built, typescript_server
+from kit_targets import typescript_server
+from node_packages import typescript_built
 from oauth import (
     CHARGE,
     EVERY_SCOPE,

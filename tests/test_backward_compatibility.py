@@ -15,6 +15,7 @@ import pytest
 from conftest import sdk_session
 from kit_targets import kit
 from mcp.shared.exceptions import McpError
+from node_packages import INTEROP, npm_installed
 from policy_clients import policy_client_report
 from wire import REPLY_TIMEOUT, ROOT, sdk2_python
 
@@ -121,13 +122,9 @@ async def test_a_strict_server_refuses_the_keyed_call_sent_by_the_sdk1_client_se
     assert all("idempotencyKey" in answer["message"] for answer in report["answers"])  # the key was on the wire
 
 
-INTEROP = ROOT / "tests" / "interop"
-
-
 def typescript_client(server: str) -> dict:
     """The TypeScript SDK's 1.x Client (tests/interop/ts_compat_client.mjs), installed as run.sh installs it."""
-    if not (INTEROP / "node_modules").is_dir():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=INTEROP, check=True, timeout=300)
+    npm_installed(INTEROP)
     ran = subprocess.run(
         ["node", str(INTEROP / "ts_compat_client.mjs"), *SERVERS[server]()],
         capture_output=True,
