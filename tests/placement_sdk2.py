@@ -29,7 +29,7 @@ from mcp_idempotency.keyed_call import KeyedCall, KeyedCallParams
 
 EXTENSION_ID = "com.example.sep3182/idempotency"
 META_KEY = "com.example.sep3182/idempotencyKey"
-SETTINGS = {"maxKeyLength": 255, "retentionSeconds": 86400}
+SETTINGS = {"maxKeyLength": 255, "retentionSeconds": 86400, "deadlineSeconds": 600, "leaseSeconds": 30}
 KEY = "measured-key"
 MARK = "x-mcp-idempotency-key"
 ARGUMENT = "idempotency_key"

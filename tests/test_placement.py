@@ -23,7 +23,8 @@ from wire import CONFLICT, IN_PROGRESS, INVALID_KEY, SDK2_SERVER, Wire, error_ty
 
 EXTENSION_ID = "com.example.sep3182/idempotency"
 META_KEY = "com.example.sep3182/idempotencyKey"
-SETTINGS = {"maxKeyLength": 255, "retentionSeconds": 86400}  # P11' at the default window (P8)
+# P11' at the default window (P8), with the default run bounds (P31)
+SETTINGS = {"maxKeyLength": 255, "retentionSeconds": 86400, "deadlineSeconds": 600, "leaseSeconds": 30}
 CHARGE_DELAY = 0.8  # seconds: long enough to send a second call while the first one charges
 
 pytestmark = pytest.mark.targets("2x-stdio", "2x-http")

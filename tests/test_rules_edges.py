@@ -125,8 +125,13 @@ def test_a_stored_key_that_names_no_principal_is_nobodys(stored):
 # ----------------------------------------------------------------------------
 
 
-def test_the_capability_advertises_the_longest_key_and_the_window_rounded_down():
-    assert rules.capability(LONGEST, 1.9) == {"maxKeyLength": LONGEST, "retentionSeconds": 1}
+def test_the_capability_advertises_the_window_rounded_down_and_the_run_bounds_rounded_up():
+    assert rules.capability(LONGEST, 1.9, 0.1, 2.5) == {
+        "maxKeyLength": LONGEST,
+        "retentionSeconds": 1,
+        "deadlineSeconds": 1,
+        "leaseSeconds": 3,
+    }
 
 
 PARAMS = {"idempotencyKey": "in params", "_meta": {rules.META_KEY: "in meta"}}

@@ -91,7 +91,8 @@ def test_client_demo_plays_four_scenarios_over_stdio_and_http_and_each_passes(cl
 
 def test_client_demo_finds_the_capability_through_server_discover(client_demo_run):
     """P14, C3: the SDK's auto mode negotiates 2026-07-28 by server/discover, and the client reads it."""
-    advertised = 'capabilities.tools.idempotency = {"maxKeyLength": 255, "retentionSeconds": 86400}'  # P11'
+    settings = '{"maxKeyLength": 255, "retentionSeconds": 86400, "deadlineSeconds": 600, "leaseSeconds": 30}'  # P11'
+    advertised = f"capabilities.tools.idempotency = {settings}"
     assert client_demo_run.stdout.count(f"server/discover → 2026-07-28, {advertised}") == 2
 
 

@@ -23,16 +23,24 @@ from client_demo import call_tool
 
 
 SETTINGS = {"maxKeyLength": 255, "retentionSeconds": 86400}  # P11': the default window, a day
+# P31: the library also says how long a key may stay in progress: the run's deadline and a dead holder's lease.
+RUN_BOUNDS = {"deadlineSeconds": 600, "leaseSeconds": 30}
+
+
+def settings_of(target: str) -> dict[str, int]:
+    """The default settings a target advertises: server.py bounds its runs without advertising the bound."""
+    return SETTINGS if target.startswith("1x") else {**SETTINGS, **RUN_BOUNDS}
 
 
 def test_capability_is_advertised_on_the_wire(wire):
     """P11 on 1.x (the initialize result), P14 on 2.x (the server/discover result), with P11' settings."""
-    assert wire.capabilities["tools"]["idempotency"] == SETTINGS
+    assert wire.capabilities["tools"]["idempotency"] == settings_of(wire.target)
 
 
 def test_capability_advertises_the_window_set_at_start_in_whole_seconds_rounded_down(spawn):
     """P11': --retention 1.5 keeps a key a second and a half, and promises a client one second of it."""
-    assert spawn("--retention", "1.5").capabilities["tools"]["idempotency"] == {**SETTINGS, "retentionSeconds": 1}
+    wire = spawn("--retention", "1.5")
+    assert wire.capabilities["tools"]["idempotency"] == {**settings_of(wire.target), "retentionSeconds": 1}
 
 
 @pytest.mark.targets("2x-http")
@@ -44,7 +52,7 @@ def test_initialize_result_advertises_it_too_for_a_2025_client(wire):
         {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "wire", "version": "1"}},
     )
     assert initialized["result"]["protocolVersion"] == "2025-11-25"
-    assert initialized["result"]["capabilities"]["tools"]["idempotency"] == SETTINGS
+    assert initialized["result"]["capabilities"]["tools"]["idempotency"] == settings_of(wire.target)
 
 
 @pytest.mark.targets("1x-stdio")

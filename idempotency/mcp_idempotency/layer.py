@@ -297,7 +297,9 @@ class Idempotency(Extension):
 
     def capability(self) -> dict[str, Any]:
         """P11': the longest key taken and the window, in whole seconds."""
-        return rules.capability(self.limits.max_key_length, self.limits.retention)
+        return rules.capability(
+            self.limits.max_key_length, self.limits.retention, rules.DEADLINE_SECONDS, self.limits.lease
+        )
 
     def settings(self) -> dict[str, Any]:
         """SEP-2133: what the SDK advertises under capabilities.extensions (on 2026-07-28), asked as it applies us."""

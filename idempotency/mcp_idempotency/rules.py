@@ -11,15 +11,18 @@ the two cannot drift apart unseen.
 import enum
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic_core import to_json
 
 __all__ = [
+    "ACKNOWLEDGEMENT",
     "ARGUMENT_MARK",
     "CLIENT_CAPABILITIES",
     "CONFLICT",
+    "DEADLINE_SECONDS",
     "DEFAULT_PLACEMENT",
     "ERROR_CODE",
     "EXTENSION_ID",
@@ -37,6 +40,7 @@ __all__ = [
     "URL_ELICITATION_REQUIRED",
     "InvalidKey",
     "Placement",
+    "acknowledgement",
     "advertise",
     "as_json_value",
     "capability",
@@ -189,10 +193,24 @@ def downstream_key(stored_key: str, fingerprint: bytes) -> str:
     return hashlib.sha256(b"mcp-idempotency downstream key\0" + stored_key.encode() + b"\0" + fingerprint).hexdigest()
 
 
-def capability(longest: int, retention: float) -> dict[str, int]:
-    """P11': capabilities.tools.idempotency: the longest key taken, and the window in whole seconds."""
-    # Rounded down, so that no client counts on time the server does not keep: 1.5 s advertises 1.
-    return {"maxKeyLength": longest, "retentionSeconds": int(retention)}
+def capability(longest: int, retention: float, deadline: float, lease: float) -> dict[str, int]:
+    """The settings a client plans its retries by: the longest key taken, the window, how
+    long a keyed run may take before the server ends it, and how long a dead holder keeps its key."""
+    # The window rounded down, so that no client counts on time the server does not keep (1.5 s
+    # advertises 1); the deadline and the lease rounded up, so that no client gives up on a call
+    # the server may still be running. A key is in progress for at most deadlineSeconds +
+    # leaseSeconds: a live run is ended at its deadline, a dead holder's claim freed by its lease.
+    return {
+        "maxKeyLength": longest,
+        "retentionSeconds": int(retention),
+        "deadlineSeconds": math.ceil(deadline),
+        "leaseSeconds": math.ceil(lease),
+    }
+
+
+# How long a keyed run may take unless the server or the tool says otherwise, as server.py's
+# --deadline: longer than any tool should run, short enough that a hung tool frees its key the same day.
+DEADLINE_SECONDS = 600.0
 
 
 # ----------------------------------------------------------------------------
@@ -206,6 +224,17 @@ def capability(longest: int, retention: float) -> dict[str, int]:
 # official extension, both would move under io.modelcontextprotocol/ (a new id, SEP-2133).
 EXTENSION_ID = "com.example.sep3182/idempotency"
 META_KEY = "com.example.sep3182/idempotencyKey"
+
+# The member of a keyed result's _meta that says its key was honoured: the same on the first
+# answer and on every replay (it is recorded with the result), so a client behind a gateway that
+# rewrote the handshake still learns from the answer itself that the call was deduplicated.
+ACKNOWLEDGEMENT = EXTENSION_ID
+
+
+def acknowledgement(key: str) -> dict[str, str]:
+    """The acknowledgement's value, the key that was honoured, as error.data names it in a rejection."""
+    return {"idempotencyKey": key}
+
 
 # The mark a tool puts on the one inputSchema property that carries the key. Spelled as
 # SEP-2243's `x-mcp-header` marks a property for a header: the `x-` prefix is JSON Schema's
