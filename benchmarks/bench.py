@@ -2,7 +2,7 @@
 
     PYTHONPATH=tests:. .venv/bin/python benchmarks/bench.py [--calls N] [--repeats N] [--records N]
         [--in-flight N] [--clients N] [--scale-calls N] [--held N] [--postgres URL] [--sections 123456789]
-        [--server PATH]
+        [--server PATH] [--prototype PATH]
         [--write PATH]
 
     e.g. PYTHONPATH=tests:. .venv/bin/python benchmarks/bench.py --calls 600 --repeats 100 --records 5000 \\
@@ -18,6 +18,7 @@ PYTHONPATH, as a user starts it. Each section is a module of this folder:
    keyed call that executes and a keyed replay, against the servers as a user runs
    them (quiet; the 2.x server on its memory store, like the 1.x one's dicts) and,
    interleaved with them, the same servers with --verbose, as the demos run them;
+   then prototype.py: server.py against the seed prototype, given a copy's path;
 2. fingerprint.py: each server's own fingerprint (P3) against its SDK's own parse of
    the same tools/call line, as the arguments grow, timed within each SDK's
    interpreter (fingerprint_timing.py); and its digest, BLAKE2b against SHA-256;
@@ -74,6 +75,7 @@ from concurrency import concurrency
 from fingerprint import fingerprint_cost
 from memory import memory
 from other_principal import other_principal
+from prototype import against_prototype
 from round_trip import round_trip
 from share import share_cost
 from shared_stores import shared_stores
@@ -87,6 +89,12 @@ def parse_args() -> argparse.Namespace:
     """The counts, the sections, PostgreSQL and the results file; small counts make a smoke test."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", type=Path, default=SERVER, help="the 1.x server script (default: server.py)")
+    parser.add_argument(
+        "--prototype",
+        type=Path,
+        metavar="PATH",
+        help="section 1: a copy of the seed prototype's server.py, measured beside server.py (default: not measured)",
+    )
     parser.add_argument(
         "--calls",
         type=int,
@@ -183,7 +191,7 @@ def main() -> None:
         + "`"
     )
     sections = {
-        "1": lambda: round_trip(server_path, args.calls),
+        "1": lambda: (round_trip(server_path, args.calls), against_prototype(server_path, args.prototype, args.calls)),
         "2": lambda: fingerprint_cost(server_path, args.repeats),
         "3": lambda: memory(server_path, args.records),
         "4": lambda: concurrency(server_path, args.in_flight),
