@@ -65,7 +65,13 @@ def targets_of(item) -> list[str]:
 # clients).
 KIT_MODULES = {"test_kit.py", "test_kit_stand_ins.py", "test_kit_fixture.py"}
 DEMO_MODULES = {"test_demo.py", "test_sdk2_demos.py"}
-DOCS_MODULES = {"test_conformance.py", "test_hygiene.py", "test_sep_trace.py", "test_upstream_sep_yaml.py"}
+DOCS_MODULES = {
+    "test_conformance.py",
+    "test_extension_home.py",
+    "test_hygiene.py",
+    "test_sep_trace.py",
+    "test_upstream_sep_yaml.py",
+}
 IN_PROCESS_MODULES = {
     "test_store.py",
     "test_store_rules.py",

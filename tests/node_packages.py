@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TYPESCRIPT = ROOT / "typescript"  # the TypeScript server
 INTEROP = ROOT / "tests" / "interop"  # the TypeScript SDKs' clients
+EXTENSION = ROOT / "extension"  # the extension's types, tsc and the JSON Schema generator
 
 
 @contextmanager

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from node_packages import INTEROP, npm_installed, typescript_built
+from node_packages import EXTENSION, INTEROP, npm_installed, typescript_built
 from throwaway_postgres import throwaway_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,6 +79,7 @@ def main() -> None:
         for name, installs in ENVIRONMENTS.items():
             install(pythons[name], installs, wheel)
     npm_installed(INTEROP)  # and the Node packages: the TypeScript SDKs' clients, and our TypeScript server, built
+    npm_installed(EXTENSION)
     typescript_built()
     # Four pytest workers (pytest-xdist) on two cores: most tests wait on a server's charge, lease or start; with two,
     # a sample of the quick set (Tasks, cancellation, authorisation) kept one core busy, and took 62 s to four's 52.

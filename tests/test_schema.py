@@ -1,6 +1,8 @@
-"""The JSON Schema of the SEP document's new and changed definitions (docs/schema/sep-3182.schema.json)
-holds every real wire message here: the keyed requests our clients and the kit send, each server's
-capability, and each server's every idempotency rejection, as the server wrote them.
+"""The JSON Schema of the field placement's core-schema change (extension/seps/appendix-params-field/
+sep-3182.schema.json, which the SEP no longer asks for) holds every real wire message here in that placement:
+the keyed requests our clients and the kit send, each server's capability, and each server's every
+idempotency rejection, as the server wrote them. The rejections, and the 2.x server's settings in the
+decided placement, are held to the extension's own generated schema (extension/schema/draft/schema.json) too.
 
 The servers: 1.x, 2.x (stdio and HTTP) and the TypeScript server. The clients' requests are recorded on
 their way to a real server (tests/recording_stdio.py), never written out by hand: client_demo.py's
@@ -12,19 +14,28 @@ import sqlite3
 from types import SimpleNamespace
 
 import pytest
-from jsonschema import Draft202012Validator
+from jsonschema import Draft7Validator, Draft202012Validator
 from kit_targets import kit
 from policy_clients import policy_client_report
 from test_demo import play
 from wire import ROOT, SDK2_SERVER, Wire, sdk2_python
 
-SCHEMA = json.loads((ROOT / "docs" / "schema" / "sep-3182.schema.json").read_text(encoding="utf-8"))
+SCHEMA = json.loads(
+    (ROOT / "extension" / "seps" / "appendix-params-field" / "sep-3182.schema.json").read_text(encoding="utf-8")
+)
+EXTENSION_SCHEMA = json.loads((ROOT / "extension" / "schema" / "draft" / "schema.json").read_text(encoding="utf-8"))
 RECORDER = ROOT / "tests" / "recording_stdio.py"
 
 
 def problems(definition: str, value) -> list[str]:
     """What in `value` the schema's `definition` refuses; empty when it conforms."""
     validator = Draft202012Validator({"$ref": f"#/$defs/{definition}", "$defs": SCHEMA["$defs"]})
+    return [error.message for error in validator.iter_errors(value)]
+
+
+def extension_problems(definition: str, value) -> list[str]:
+    """What in `value` the extension's generated schema's `definition` refuses; empty when it conforms."""
+    validator = Draft7Validator({"$ref": f"#/definitions/{definition}", "definitions": EXTENSION_SCHEMA["definitions"]})
     return [error.message for error in validator.iter_errors(value)]
 
 
@@ -70,6 +81,7 @@ def test_every_servers_every_rejection_conforms(spawn):
     assert set(rejections) == REJECTED_BY_EVERY_SERVER
     for response in rejections.values():
         assert problems("IdempotencyErrorResponse", response) == [], response
+        assert extension_problems("IdempotencyErrorResponse", response) == [], response
 
 
 def test_the_typescript_servers_every_rejection_conforms(spawn_typescript):
@@ -77,6 +89,15 @@ def test_the_typescript_servers_every_rejection_conforms(spawn_typescript):
     assert set(rejections) == REJECTED_BY_EVERY_SERVER
     for response in rejections.values():
         assert problems("IdempotencyErrorResponse", response) == [], response
+        assert extension_problems("IdempotencyErrorResponse", response) == [], response
+
+
+@pytest.mark.targets("2x-stdio", "2x-http")
+def test_the_2x_servers_settings_in_the_decided_placement_conform_and_state_all_four(spawn):
+    extensions = spawn("--placement", "meta").capabilities["extensions"]
+    [settings] = [value for name, value in extensions.items() if name.endswith("/idempotency")]
+    assert extension_problems("IdempotencySettings", settings) == [], settings
+    assert set(settings) == {"maxKeyLength", "retentionSeconds", "deadlineSeconds", "leaseSeconds"}
 
 
 @pytest.mark.targets("2x-stdio", "2x-http")
@@ -94,6 +115,7 @@ def test_the_2x_store_unavailable_rejection_conforms(spawn, tmp_path):
 
     assert refused["error"]["data"]["type"] == "idempotency_store_unavailable", refused
     assert problems("IdempotencyErrorResponse", refused) == [], refused
+    assert extension_problems("IdempotencyErrorResponse", refused) == [], refused
 
 
 class Recording(kit.Connection):

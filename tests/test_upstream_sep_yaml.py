@@ -107,6 +107,6 @@ def test_the_check_rows_come_first_then_a_blank_line_then_the_excluded_ones(tmp_
 
 def test_every_check_the_yaml_of_the_sep_names_is_one_the_scenario_emits():
     emitted = set(re.findall(r"'(sep-3182-[a-z-]+)'", SCENARIO.read_text()))
-    document = ROOT / "docs" / "seps" / "0000-request-idempotency.md"
+    document = ROOT / "extension" / "seps" / "0000-request-idempotency.md"
     named = {row["check"] for row in rows(generated(document)) if "check" in row}
     assert named and named <= emitted, named - emitted

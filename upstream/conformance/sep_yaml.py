@@ -6,7 +6,7 @@ row: a `check:` row when a check of the idempotency scenario tests it, else an
 human to settle (a check to write, or an exclusion to confirm). MAY sentences get no row,
 as the suite's own guide asks. Standard library only.
 
-    python3 upstream/conformance/sep_yaml.py docs/seps/0000-request-idempotency.md \
+    python3 upstream/conformance/sep_yaml.py extension/seps/0000-request-idempotency.md \
         > upstream/conformance/src/seps/sep-3182.yaml
 """
 
@@ -162,7 +162,7 @@ def render(sep: int, spec_url: str, rows: list[dict[str, str]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Read the SEP document named on the command line; write the yaml on stdout."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("document", type=Path, help="the SEP's markdown, e.g. docs/seps/0000-request-idempotency.md")
+    parser.add_argument("document", type=Path, help="the SEP, e.g. extension/seps/0000-request-idempotency.md")
     parser.add_argument("--section", default="Specification", help="the level-two heading read (default: %(default)s)")
     parser.add_argument("--sep", type=int, default=3182, help="the SEP's number (default: %(default)s)")
     parser.add_argument("--spec-url", default=SPEC_URL, help="the yaml's spec_url (default: the SEP's pull request)")

@@ -1,12 +1,12 @@
-"""Check docs/schema/sep-3182.schema.json against its examples, and its examples against it.
+"""Check sep-3182.schema.json (this folder) against its examples, and its examples against it.
 
 Run from the repository root with any Python that has `jsonschema` (both test environments do):
 
-    .venv/bin/python docs/schema/check_schema.py [SPEC_CHECKOUT]
+    .venv/bin/python extension/seps/appendix-params-field/check_schema.py [SPEC_CHECKOUT]
 
-It validates the two example messages in docs/schema/examples/, then values each definition must
+It validates the two example messages in examples/, then values each definition must
 refuse (a conflict marked retryable, an echoed invalid key, a key of 256 characters, ...) and values
-it must take. Given the folder where docs/schema/schema-ts.patch was applied, it also validates the
+it must take. Given the folder where schema-ts.patch was applied, it also validates the
 three example files the patch adds to the spec repository. Exit status 0 only if every case held.
 """
 
