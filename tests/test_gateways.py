@@ -59,10 +59,12 @@ def test_the_client_half_behind_a_gateway_deduplicates_a_retried_call_and_never_
         said = log.read_text()
     assert ran.returncode == 0, ran.stderr[-3000:]
     outcome = json.loads(ran.stdout.splitlines()[-1])
-    # The server's word first: one key claimed, a retry told it was still running, and a retry replayed; one charge.
+    # The server's word first: one key claimed, and a retry that met it still running, so the gateway's flattened
+    # "still running" result was there for the client to take.
     assert len(re.findall(r"claimed: key=", said)) == 1, said
     assert "in progress: key=" in said, f"no retry met the running charge, so nothing was tested:\n{said}"
+    # The client's answer is the charge's, never that flattened rejection; it came back for the outcome, and the
+    # charge happened once.
+    assert outcome.get("isError") is False and outcome["text"].startswith("Charged 7"), outcome
     assert "replayed: key=" in said, f"the client never came back for the outcome:\n{said}"
     assert ledger["charges"] == 1
-    # And the client's answer is the charge's, never the flattened "still running" the gateway turned it into.
-    assert outcome.get("isError") is False and outcome["text"].startswith("Charged 7"), outcome

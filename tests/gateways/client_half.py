@@ -25,7 +25,7 @@ async def main(url: str) -> None:
         try:
             result = await call_tool(client, "charge_guarded", {"amount": 7}, settings=settings, policy=POLICY)
             outcome = {
-                "isError": bool(result.isError),
+                "isError": bool(result.is_error),
                 "text": " ".join(getattr(c, "text", "") for c in result.content),
             }
         except (KeyRefused, GaveUp) as error:
