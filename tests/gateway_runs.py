@@ -17,7 +17,6 @@ import json
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from pathlib import Path
 
 from kit_targets import http_servers
 from node_packages import npm_installed, one_at_a_time
-from wire import REPLY_TIMEOUT, SDK2_SERVER, HttpWire, LegacyStdioWire, Wire, free_port, new_key, sdk2_python
+from wire import REPLY_TIMEOUT, SDK2_SERVER, HttpWire, StdioWire, Wire, free_port, new_key, sdk2_python
 
 from mcp_idempotency.rules import ACKNOWLEDGEMENT, ARGUMENT_MARK, EXTENSION_ID, META_KEY, acknowledgement
 
@@ -94,11 +93,13 @@ def server_command(placement: str, log: Path, *options: str) -> list[str]:
 class HandshakeHttpWire(HttpWire):
     """A Streamable HTTP front after the 2025 initialize handshake, its session (if it keeps one) on every request."""
 
+    ready_seconds = READY_SECONDS
+
     def __init__(self, target: str, command: list[str], port: int):
         super().__init__(target, command, port, revision=HANDSHAKE)
 
     def ready(self) -> None:
-        self.until_listening()
+        self._wait_until_listening()
         initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize_params()}
         _, headers, body = self.post(json.dumps(initialize).encode(), self.headers(initialize))
         session = {name.lower(): value for name, value in headers.items()}.get("mcp-session-id")
@@ -107,25 +108,15 @@ class HandshakeHttpWire(HttpWire):
         self.capabilities = json.loads(body)["result"]["capabilities"]
         self.notify("notifications/initialized")
 
-    def until_listening(self) -> None:
-        """Wait until the front accepts connections: a gateway imports its SDK first, slowly on a busy machine."""
-        deadline = time.monotonic() + READY_SECONDS
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{self.target} did not listen on {self.port}:\n{self.log()}") from None
-                time.sleep(0.1)
 
-
-class HandshakeStdioWire(LegacyStdioWire):
+class HandshakeStdioWire(StdioWire):
     """A stdio front after the 2025 initialize handshake, on the revision every gateway measured speaks."""
 
     def ready(self) -> None:
-        super(LegacyStdioWire, self).ready()  # the line reader only: the handshake is this revision's
-        self.capabilities = self.request("initialize", initialize_params())["result"]["capabilities"]
+        super().ready()
+        # The gateway connects to the server behind it before it answers: as slow as a start.
+        answer = self.reply(self.send_request("initialize", initialize_params()), timeout=READY_SECONDS)
+        self.capabilities = answer["result"]["capabilities"]
         self.notify("notifications/initialized")
 
 

@@ -39,9 +39,10 @@ def measured_routes() -> dict[str, dict[str, dict]]:
 
 
 def key_cell(run: dict) -> str:
-    """Did the key reach the server: claimed and then replayed, one charge; or two charges without a key."""
-    said = run["server"]
-    if said["claimed"] == 1 and said["replayed"] == 1 and run["charges"] == 1:
+    """Did the key reach the server: claimed and then replayed, one charge, the client given the same answer twice;
+    or two charges without a key."""
+    said, (first, again) = run["server"], run["outcomes"]
+    if said["claimed"] == 1 and said["replayed"] == 1 and run["charges"] == 1 and first == again:
         return "✔ claimed, then replayed: charged once"
     if said["no_key"] == 2 and run["charges"] == 2:
         return "✘ dropped: `no key` twice, charged twice"
