@@ -329,6 +329,8 @@ class LegacyStdioWire(StdioWire):
 class HttpWire(Wire):
     """The 2.x server over stateless Streamable HTTP: one POST per message, each on its own connection."""
 
+    ready_seconds: float = REPLY_TIMEOUT  # how long the process may take to listen
+
     def __init__(self, target: str, command: list[str], port: int, revision: str = MODERN, headers: dict | None = None):
         self.port, self.revision = port, revision
         self.extra_headers = dict(headers or {})  # sent with every message, e.g. {"Authorization": "Bearer ..."}
@@ -341,7 +343,7 @@ class HttpWire(Wire):
         self.capabilities = self.request("server/discover", {})["result"]["capabilities"]
 
     def _wait_until_listening(self) -> None:
-        deadline = time.monotonic() + REPLY_TIMEOUT
+        deadline = time.monotonic() + self.ready_seconds
         while True:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the server exited before it listened:\n{self.log()}")
