@@ -1,0 +1,108 @@
+"""The client half's connection to a server: each attempt of a keyed call on a connection a lost answer cannot kill.
+
+A stock `mcp.Client` over Streamable HTTP ends, whole, when one answer is lost: a connection reset
+before the answer's headers, or a JSON body cut after them, is raised in the transport's task group,
+which cancels whoever entered the Client and ends it with an ExceptionGroup, before any retry could
+be sent. So an attempt does not travel on the caller's own connection when a new one can be opened:
+
+- a URL, or a `Client` built from one: each attempt opens a connection of its own (for an entered
+  Client, a copy of it with its settings and callbacks, on the protocol version it negotiated, with
+  no new handshake where that version needs none), sends the request, and closes it; a lost
+  connection ends that attempt alone, and the caller's Client lives on;
+- a `Client` over stdio, in memory, or over a transport object it was given: its own session, as
+  the server's process or object is the connection, which call_tool cannot open again;
+- a `ClientSession`: that session; a function returning a session: its answer, for each attempt.
+"""
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx2
+import mcp_types
+from mcp import Client, ClientSession
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+__all__ = ["CONNECTION_LOST", "Connection", "reopenable", "sent", "session_of"]
+
+# How the 2.x SDK's client says the transport went away with a request outstanding.
+CONNECTION_LOST = mcp_types.CONNECTION_CLOSED
+
+# A URL (Streamable HTTP), a stock Client, one of its sessions, or a function that gives the
+# session for each attempt (a caller that reconnects in its own way passes one).
+Connection = str | Client | ClientSession | Callable[[], Awaitable[ClientSession]]
+
+
+async def session_of(connection: Connection) -> ClientSession:
+    """The session to send on: the client's, the one given, or the caller's function's."""
+    if isinstance(connection, Client):
+        return connection.session
+    if isinstance(connection, ClientSession):
+        return connection
+    if isinstance(connection, str):
+        raise TypeError("a URL has no session of its own: call_tool and discover_settings open one for it")
+    return await connection()
+
+
+def reopenable(connection: Connection) -> bool:
+    """Can the next attempt travel on a new connection? To a URL, given or a Client's, and through the
+    caller's own function; not on a session, nor a Client over stdio, in memory, or a transport object."""
+    if isinstance(connection, Client):
+        return isinstance(connection.server, str)
+    return not isinstance(connection, ClientSession)
+
+
+def reopened(connection: Connection) -> Client | None:
+    """A new, unopened Client to the same server (the caller's settings and callbacks, its negotiated
+    version), or None where no connection can be opened anew."""
+    if isinstance(connection, str):
+        return Client(connection)
+    if not (isinstance(connection, Client) and isinstance(connection.server, str)):
+        return None
+    discovered = connection.session.discover_result
+    if discovered is not None and connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        # A 2026-07-28 request carries everything it needs: the copy sends it with no handshake first.
+        return dataclasses.replace(connection, mode=connection.protocol_version, prior_discover=discovered)
+    return dataclasses.replace(connection, mode="legacy", prior_discover=None)
+
+
+def lost(error: BaseException) -> bool:
+    """Is this the transport giving up (a reset, a cut body, a refused connection), alone or grouped?"""
+    if isinstance(error, httpx2.TransportError):
+        return True
+    grouped = getattr(error, "exceptions", None)  # an ExceptionGroup, as the transport's task group raises
+    return isinstance(grouped, tuple) and bool(grouped) and all(lost(inner) for inner in grouped)
+
+
+async def sent(connection: Connection, request: mcp_types.CallToolRequest, timeout: float) -> mcp_types.CallToolResult:
+    """Send the request once and wait at most `timeout` seconds for its answer; a lost connection is
+    raised as the SDK's CONNECTION_CLOSED error, like any other outcome the client cannot know."""
+    fresh = reopened(connection)
+    if fresh is None:
+        session = await session_of(connection)
+        return await session.send_request(request, mcp_types.CallToolResult, request_read_timeout_seconds=timeout)
+    answer: mcp_types.CallToolResult | MCPError
+    try:
+        async with fresh as client:
+            try:
+                answer = await client.session.send_request(
+                    request, mcp_types.CallToolResult, request_read_timeout_seconds=timeout
+                )
+            except MCPError as error:  # raised outside the connection's task group, which would wrap it
+                answer = error
+    except Exception as error:
+        if not lost(error):
+            raise
+        raise MCPError(CONNECTION_LOST, f"connection lost: {described(error)}") from error
+    if isinstance(answer, MCPError):
+        raise answer
+    return answer
+
+
+def described(error: BaseException) -> str:
+    """The first transport error in `error`, as a line: its type and message."""
+    grouped: Any = getattr(error, "exceptions", None)
+    if grouped:
+        return described(grouped[0])
+    return f"{type(error).__name__}: {error}".rstrip(": ")
