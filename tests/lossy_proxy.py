@@ -8,6 +8,11 @@ a TCP reset), `cut` sends the answer's headers and half its body and then closes
 keeps the connection open. It prints `listening on PORT` once ready, and `lost TOOL: MODE` each time it
 loses an answer. One request per connection: the upstream connection is closed after each answer, and so
 is the client's (the answer says `connection: close`).
+
+MODE `flatten` loses nothing, but rewrites answers as a re-serialising gateway does (fastmcp's proxy,
+mcp-proxy; JSON answers only): server/discover without the idempotency capability, and an idempotency
+rejection of TOOL as an `isError` text result, "Error calling tool 'TOOL': MESSAGE", without code or data.
+It prints `flattened TYPE` for each rejection it rewrote.
 """
 
 import asyncio
@@ -17,6 +22,8 @@ import struct
 import sys
 
 HEAD_END = b"\r\n\r\n"
+EXTENSION_ID = "com.example.sep3182/idempotency"  # the capability a gateway does not forward
+MODES = ("reset", "cut", "hold", "flatten")
 
 
 async def read_request(reader: asyncio.StreamReader) -> bytes | None:
@@ -67,6 +74,39 @@ def reset(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
+def flattened(tool: str, message: dict) -> dict:
+    """`message` as a re-serialising gateway passes it on: no idempotency capability, rejections as text."""
+    result = message.get("result") or {}
+    capabilities = result.get("capabilities") or {}
+    (capabilities.get("extensions") or {}).pop(EXTENSION_ID, None)
+    (capabilities.get("tools") or {}).pop("idempotency", None)
+    error = message.get("error") or {}
+    kind = (error.get("data") or {}).get("type", "")
+    if not kind.startswith("idempotency_") and kind != "invalid_idempotency_key":
+        return message
+    print(f"flattened {kind}", flush=True)
+    text = f"Error calling tool '{tool}': {error['message']}"
+    return {
+        "jsonrpc": "2.0",
+        "id": message["id"],
+        "result": {"content": [{"type": "text", "text": text}], "isError": True, "resultType": "complete"},
+    }
+
+
+def rewritten(answer: bytes, tool: str) -> bytes:
+    """A JSON answer with its body passed through `flattened`, its Content-Length made to fit."""
+    head, _, body = answer.partition(HEAD_END)
+    if not body.startswith(b"{"):
+        return answer
+    message = json.loads(body)
+    passed = flattened(tool, message)
+    new_body = json.dumps(passed).encode()
+    status, *lines = [line for line in head.split(b"\r\n") if not line.lower().startswith(b"content-length:")]
+    if "error" in message and "result" in passed:  # an error the server may have sent with a 4xx: a result now
+        status = b"HTTP/1.1 200 OK"
+    return b"\r\n".join([status, *lines, b"content-length: %d" % len(new_body)]) + HEAD_END + new_body
+
+
 class LossyProxy:
     """Forwards everything, and loses the answer to the first tools/call of `tool` in `mode`."""
 
@@ -88,8 +128,10 @@ class LossyProxy:
         if request is None:
             writer.close()
             return
-        losing = self.to_lose(request)
+        losing = self.mode != "flatten" and self.to_lose(request)
         answer = await answered(self.upstream_port, request)
+        if self.mode == "flatten":
+            answer = rewritten(answer, self.tool)
         if not losing:
             writer.write(answer)
             await writer.drain()
@@ -119,6 +161,6 @@ async def main(upstream_port: int, mode: str, tool: str) -> None:
 
 if __name__ == "__main__":
     upstream, how, name = sys.argv[1:]
-    if how not in ("reset", "cut", "hold"):
-        sys.exit(f"MODE must be reset, cut or hold, not {how}")
+    if how not in MODES:
+        sys.exit(f"MODE must be one of {', '.join(MODES)}, not {how}")
     asyncio.run(main(int(upstream), how, name))
