@@ -3,6 +3,9 @@ not: for tests/test_gateway_answers.py, which reads those answers through the pa
 
     .venv-2x/bin/python tests/acknowledging_server.py
 
+It advertises the extension with a 1 s deadline and a 1 s lease, so a client's default policy stops sending a
+key that is still in progress 2 s after its first attempt.
+
 Each tool takes the key as its argument `key` and counts its runs (`runs` reads the count):
 - `acknowledged`: a result with the acknowledgement in its _meta;
 - `plain`: a result without it;
@@ -12,13 +15,26 @@ Each tool takes the key as its argument `key` and counts its runs (`runs` reads 
 """
 
 from collections import Counter
+from typing import Any
 
 import mcp_types
+from mcp.server.extension import Extension
 from mcp.server.mcpserver import MCPServer
 
+from mcp_idempotency import rules
 from mcp_idempotency.rules import ACKNOWLEDGEMENT, IN_PROGRESS, MESSAGES, acknowledgement
 
-server = MCPServer("acknowledging", log_level="WARNING")
+
+class Advertised(Extension):
+    """The extension's capability, its settings short: a key is in progress 2 s at most."""
+
+    identifier = rules.EXTENSION_ID
+
+    def settings(self) -> dict[str, Any]:
+        return rules.capability(rules.MAX_KEY_LENGTH, rules.RETENTION_SECONDS, deadline=1, lease=1)
+
+
+server = MCPServer("acknowledging", log_level="WARNING", extensions=[Advertised()])
 runs: Counter[str] = Counter()
 
 
