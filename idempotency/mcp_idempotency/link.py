@@ -15,12 +15,16 @@ be sent. So an attempt does not travel on the caller's own connection when a new
 """
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+import functools
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
 import mcp_types
 from mcp import Client, ClientSession
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -32,6 +36,10 @@ CONNECTION_LOST = mcp_types.CONNECTION_CLOSED
 # A URL (Streamable HTTP), a stock Client, one of its sessions, or a function that gives the
 # session for each attempt (a caller that reconnects in its own way passes one).
 Connection = str | Client | ClientSession | Callable[[], Awaitable[ClientSession]]
+
+# The SDK's own timeouts for its HTTP transport: 30 s to connect or send, 300 s between bytes of a
+# response stream. An attempt's own timeout is call_tool's, and ends it sooner.
+HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 
 
 async def session_of(connection: Connection) -> ClientSession:
@@ -45,26 +53,49 @@ async def session_of(connection: Connection) -> ClientSession:
     return await connection()
 
 
+def url_of(connection: Connection) -> str | None:
+    """The URL an attempt opens a connection of its own to: the one given, or the one a Client was built
+    from; None for any other connection."""
+    if isinstance(connection, str):
+        return connection
+    if isinstance(connection, Client) and isinstance(connection.server, str):
+        return connection.server
+    return None
+
+
 def reopenable(connection: Connection) -> bool:
     """Can the next attempt travel on a new connection? To a URL, given or a Client's, and through the
     caller's own function; not on a session, nor a Client over stdio, in memory, or a transport object."""
-    if isinstance(connection, Client):
-        return isinstance(connection.server, str)
-    return not isinstance(connection, ClientSession)
+    return url_of(connection) is not None or not isinstance(connection, (Client, ClientSession))
 
 
-def reopened(connection: Connection) -> Client | None:
-    """A new, unopened Client to the same server (the caller's settings and callbacks, its negotiated
-    version), or None where no connection can be opened anew."""
-    if isinstance(connection, str):
-        return Client(connection)
-    if not (isinstance(connection, Client) and isinstance(connection.server, str)):
-        return None
-    discovered = connection.session.discover_result
-    if discovered is not None and connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
+@functools.cache
+def tls() -> ssl.SSLContext:
+    """The TLS settings every attempt's connection shares: building them is nearly all that opening one costs
+    (a tenth of a second and more; a connection given them opens in a tenth of a millisecond)."""
+    return httpx2.create_ssl_context()
+
+
+@asynccontextmanager
+async def opened(url: str, like: Connection) -> AsyncIterator[Client]:
+    """A connection of its own to `url`, made like the caller's Client where it gave one, open while used."""
+    http = httpx2.AsyncClient(timeout=HTTP_TIMEOUT, verify=tls())
+    async with http, copied(like, streamable_http_client(url, http_client=http)) as client:
+        yield client
+
+
+def copied(like: Connection, transport: Any) -> Client:
+    """A new Client on `transport`: the caller's settings and callbacks, on the protocol version it negotiated."""
+    if not isinstance(like, Client):
+        return Client(transport)
+    discovered = like.session.discover_result
+    # No response cache: a tools/call is never cached, and a cache keyed by its server needs a URL.
+    if discovered is not None and like.protocol_version in MODERN_PROTOCOL_VERSIONS:
         # A 2026-07-28 request carries everything it needs: the copy sends it with no handshake first.
-        return dataclasses.replace(connection, mode=connection.protocol_version, prior_discover=discovered)
-    return dataclasses.replace(connection, mode="legacy", prior_discover=None)
+        return dataclasses.replace(
+            like, server=transport, cache=None, mode=like.protocol_version, prior_discover=discovered
+        )
+    return dataclasses.replace(like, server=transport, cache=None, mode="legacy", prior_discover=None)
 
 
 def lost(error: BaseException) -> bool:
@@ -78,13 +109,13 @@ def lost(error: BaseException) -> bool:
 async def sent(connection: Connection, request: mcp_types.CallToolRequest, timeout: float) -> mcp_types.CallToolResult:
     """Send the request once and wait at most `timeout` seconds for its answer; a lost connection is
     raised as the SDK's CONNECTION_CLOSED error, like any other outcome the client cannot know."""
-    fresh = reopened(connection)
-    if fresh is None:
+    url = url_of(connection)
+    if url is None:
         session = await session_of(connection)
         return await session.send_request(request, mcp_types.CallToolResult, request_read_timeout_seconds=timeout)
     answer: mcp_types.CallToolResult | MCPError
     try:
-        async with fresh as client:
+        async with opened(url, connection) as client:
             try:
                 answer = await client.session.send_request(
                     request, mcp_types.CallToolResult, request_read_timeout_seconds=timeout
