@@ -6,7 +6,8 @@ environment, against the demo's ledger server over Streamable HTTP:
   before the headers, a body cut after them (a JSON body, an SSE stream), or no answer at all (hold);
 - straight to the server, which is killed (SIGKILL) mid-charge and restarted on its SQLite store: the restarted
   server takes the dead holder's key over once its lease (advertised, 2 s) has passed.
-Each time the call returns the charge's result, no exception, and the ledger moved once."""
+Each time the call returns the charge's result, no exception, and the ledger moved once. So do the other forms
+over HTTP: a URL alone, and a Client on the 2025 handshake."""
 
 import json
 import re
@@ -117,6 +118,44 @@ def test_the_readme_client_returns_the_result_of_a_call_whose_answer_was_lost_an
     tmp_path, mode, server_options
 ):
     lost_and_retried(tmp_path, mode, *server_options)
+
+
+OTHER_FORMS = """
+import json, sys
+import anyio
+from mcp import Client
+from mcp_idempotency.client import call_tool, discover_settings
+
+async def main(url, form):
+    if form == "url":  # no Client at all: call_tool opens a connection for each attempt
+        settings = await discover_settings(url)
+        result = await call_tool(url, "charge_guarded", {"amount": 100}, settings=settings)
+    else:  # a Client on the 2025 handshake: each attempt's connection makes its own
+        async with Client(url, mode="legacy") as client:
+            settings = await discover_settings(client)
+            result = await call_tool(client, "charge_guarded", {"amount": 100}, settings=settings)
+    print(json.dumps({"text": result.content[0].text, "error": result.is_error}), flush=True)
+
+anyio.run(main, *sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("form", ["url", "legacy"])
+def test_a_url_alone_or_a_client_on_the_2025_handshake_survives_a_reset_answer_and_the_ledger_moved_once(
+    tmp_path, form
+):
+    port = free_port()
+    server = HttpWire("2x-http", ledger_server(port, "--store", f"sqlite:{tmp_path / 'store.db'}"), port)
+    try:
+        proxy = LossyProxy(port, "reset")
+        run = subprocess.run(
+            [sdk2_python(), "-c", OTHER_FORMS, proxy.url, form], capture_output=True, text=True, timeout=120
+        )
+        assert proxy.losses() == ["lost charge_guarded: reset"]
+        assert answer_of(run) == {"text": "Charged 100. New balance: 100", "error": False}
+        assert server.ledger() == {"balance": 100, "charges": 1}
+    finally:
+        server.close()
 
 
 @pytest.mark.slow  # the README's form waits out its default 30 s attempt before it retries
