@@ -7,7 +7,8 @@ environment, against the demo's ledger server over Streamable HTTP:
 - straight to the server, which is killed (SIGKILL) mid-charge and restarted on its SQLite store: the restarted
   server takes the dead holder's key over once its lease (advertised, 2 s) has passed.
 Each time the call returns the charge's result, no exception, and the ledger moved once. So do the other forms
-over HTTP: a URL alone, and a Client on the 2025 handshake."""
+over HTTP: a URL alone, a function giving a new Client (over a transport the caller built) for each attempt, and
+a Client on the 2025 handshake."""
 
 import json
 import re
@@ -122,14 +123,22 @@ def test_the_readme_client_returns_the_result_of_a_call_whose_answer_was_lost_an
 
 OTHER_FORMS = """
 import json, sys
-import anyio
+import anyio, httpx2
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp_idempotency.client import call_tool, discover_settings
 
 async def main(url, form):
     if form == "url":  # no Client at all: call_tool opens a connection for each attempt
         settings = await discover_settings(url)
         result = await call_tool(url, "charge_guarded", {"amount": 100}, settings=settings)
+    elif form == "client-factory":  # a function giving a new Client: each attempt opens one, and closes it
+        # over a transport built here, on one HTTP client carrying credentials, as an authorised caller builds it
+        async with httpx2.AsyncClient(headers={"Authorization": "Bearer not-checked-here"}) as http:
+            def connect():
+                return Client(streamable_http_client(url, http_client=http))
+            settings = await discover_settings(connect)
+            result = await call_tool(connect, "charge_guarded", {"amount": 100}, settings=settings)
     else:  # a Client on the 2025 handshake: each attempt's connection makes its own
         async with Client(url, mode="legacy") as client:
             settings = await discover_settings(client)
@@ -140,8 +149,8 @@ anyio.run(main, *sys.argv[1:])
 """
 
 
-@pytest.mark.parametrize("form", ["url", "legacy"])
-def test_a_url_alone_or_a_client_on_the_2025_handshake_survives_a_reset_answer_and_the_ledger_moved_once(
+@pytest.mark.parametrize("form", ["url", "client-factory", "legacy"])
+def test_a_url_a_function_giving_clients_or_a_2025_client_survives_a_reset_answer_and_the_ledger_moved_once(
     tmp_path, form
 ):
     port = free_port()

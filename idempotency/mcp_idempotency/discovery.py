@@ -5,10 +5,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types
-from mcp import Client, ClientSession
+from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from .link import Connection, session_of
+from .link import Connection, session_for
 from .rules import DEADLINE_SECONDS, DEFAULT_PLACEMENT, EXTENSION_ID, Placement, marked_argument
 from .stores import LEASE_SECONDS
 
@@ -65,15 +65,12 @@ async def discover_settings(
     """What the server declares, read from server/discover as it came off the wire (the SDK's typed
     capabilities drop tools.idempotency); None when it declares nothing, or has no server/discover.
     A gateway that rewrites the handshake may hide a server's declaration: see call_tool."""
-    if isinstance(connection, str):
-        async with Client(connection) as client:
-            return await discover_settings(client, version)
-    session = await session_of(connection)
-    try:
-        discovered = await session.send_discover(version)
-    except MCPError:  # a 2025 server: no server/discover, so nothing this client may rely on
-        return None
-    return Settings.from_capabilities(discovered.get("capabilities")) or await declared_arguments(session)
+    async with session_for(connection) as session:
+        try:
+            discovered = await session.send_discover(version)
+        except MCPError:  # a 2025 server: no server/discover, so nothing this client may rely on
+            return None
+        return Settings.from_capabilities(discovered.get("capabilities")) or await declared_arguments(session)
 
 
 async def declared_arguments(session: ClientSession) -> Settings | None:

@@ -9,6 +9,8 @@ be sent. So an attempt does not travel on the caller's own connection when a new
   Client, a copy of it with its settings and callbacks, on the protocol version it negotiated, with
   no new handshake where that version needs none), sends the request, and closes it; a lost
   connection ends that attempt alone, and the caller's Client lives on;
+- a function returning a new, unopened `Client` (over a transport the caller builds, say with
+  credentials): that Client, opened for the attempt and closed after it, as above;
 - a `Client` over stdio, in memory, or over a transport object it was given: its own session, as
   the server's process or object is the connection, which call_tool cannot open again;
 - a `ClientSession`: that session; a function returning a session: its answer, for each attempt.
@@ -28,45 +30,49 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-__all__ = ["CONNECTION_LOST", "Connection", "reopenable", "sent", "session_of"]
+__all__ = ["CONNECTION_LOST", "Connection", "reopenable", "sent", "session_for"]
 
 # How the 2.x SDK's client says the transport went away with a request outstanding.
 CONNECTION_LOST = mcp_types.CONNECTION_CLOSED
 
-# A URL (Streamable HTTP), a stock Client, one of its sessions, or a function that gives the
-# session for each attempt (a caller that reconnects in its own way passes one).
-Connection = str | Client | ClientSession | Callable[[], Awaitable[ClientSession]]
+# A URL (Streamable HTTP), a stock Client, one of its sessions, or a function that gives, for each
+# attempt, a new Client to open, or the session to send on (a caller that reconnects its own way).
+Connection = str | Client | ClientSession | Callable[[], Client] | Callable[[], Awaitable[ClientSession]]
 
 # The SDK's own timeouts for its HTTP transport: 30 s to connect or send, 300 s between bytes of a
 # response stream. An attempt's own timeout is call_tool's, and ends it sooner.
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 
 
-async def session_of(connection: Connection) -> ClientSession:
-    """The session to send on: the client's, the one given, or the caller's function's."""
-    if isinstance(connection, Client):
-        return connection.session
-    if isinstance(connection, ClientSession):
-        return connection
+@asynccontextmanager
+async def session_for(connection: Connection) -> AsyncIterator[ClientSession]:
+    """The session one attempt sends on: on a connection of its own where one can be opened (closed after
+    the attempt), else the caller's Client's, the session given, or the caller's function's."""
     if isinstance(connection, str):
-        raise TypeError("a URL has no session of its own: call_tool and discover_settings open one for it")
-    return await connection()
-
-
-def url_of(connection: Connection) -> str | None:
-    """The URL an attempt opens a connection of its own to: the one given, or the one a Client was built
-    from; None for any other connection."""
-    if isinstance(connection, str):
-        return connection
-    if isinstance(connection, Client) and isinstance(connection.server, str):
-        return connection.server
-    return None
+        async with opened(connection, connection) as client:
+            yield client.session
+    elif isinstance(connection, Client) and isinstance(connection.server, str):
+        async with opened(connection.server, connection) as client:
+            yield client.session
+    elif isinstance(connection, Client):
+        yield connection.session
+    elif isinstance(connection, ClientSession):
+        yield connection
+    else:
+        made = connection()
+        if isinstance(made, Client):
+            async with made:
+                yield made.session
+        else:
+            yield await made
 
 
 def reopenable(connection: Connection) -> bool:
     """Can the next attempt travel on a new connection? To a URL, given or a Client's, and through the
     caller's own function; not on a session, nor a Client over stdio, in memory, or a transport object."""
-    return url_of(connection) is not None or not isinstance(connection, (Client, ClientSession))
+    if isinstance(connection, Client):
+        return isinstance(connection.server, str)
+    return not isinstance(connection, ClientSession)
 
 
 @functools.cache
@@ -109,15 +115,11 @@ def lost(error: BaseException) -> bool:
 async def sent(connection: Connection, request: mcp_types.CallToolRequest, timeout: float) -> mcp_types.CallToolResult:
     """Send the request once and wait at most `timeout` seconds for its answer; a lost connection is
     raised as the SDK's CONNECTION_CLOSED error, like any other outcome the client cannot know."""
-    url = url_of(connection)
-    if url is None:
-        session = await session_of(connection)
-        return await session.send_request(request, mcp_types.CallToolResult, request_read_timeout_seconds=timeout)
     answer: mcp_types.CallToolResult | MCPError
     try:
-        async with opened(url, connection) as client:
+        async with session_for(connection) as session:
             try:
-                answer = await client.session.send_request(
+                answer = await session.send_request(
                     request, mcp_types.CallToolResult, request_read_timeout_seconds=timeout
                 )
             except MCPError as error:  # raised outside the connection's task group, which would wrap it
