@@ -90,6 +90,14 @@ class LossyProxy:
         self.process.terminate()
         return [line.strip() for line in self.process.communicate(timeout=10)[0].splitlines()]
 
+    def __enter__(self) -> "LossyProxy":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        """Stopped, whatever the test found."""
+        self.process.kill()
+        self.process.wait()
+
 
 def lost_and_retried(tmp_path: Path, mode: str, *server_options: str) -> None:
     """The README's form through a proxy losing the charge's answer in `mode`: its result, one charge."""
@@ -97,9 +105,9 @@ def lost_and_retried(tmp_path: Path, mode: str, *server_options: str) -> None:
     store = f"sqlite:{tmp_path / 'store.db'}"
     server = HttpWire("2x-http", ledger_server(port, "--store", store, *server_options), port)
     try:
-        proxy = LossyProxy(port, mode)
-        answer = answer_of(played(proxy.url))
-        assert proxy.losses() == [f"lost charge_guarded: {mode}"]  # the answer was lost, once, as asked
+        with LossyProxy(port, mode) as proxy:
+            answer = answer_of(played(proxy.url))
+            assert proxy.losses() == [f"lost charge_guarded: {mode}"]  # the answer was lost, once, as asked
         assert answer == {"text": "Charged 100. New balance: 100", "error": False}
         assert server.ledger() == {"balance": 100, "charges": 1}
         assert server.log().count("claimed: key=") == 1 and "replayed: key=" in server.log()
@@ -156,11 +164,11 @@ def test_a_url_a_function_giving_clients_or_a_2025_client_survives_a_reset_answe
     port = free_port()
     server = HttpWire("2x-http", ledger_server(port, "--store", f"sqlite:{tmp_path / 'store.db'}"), port)
     try:
-        proxy = LossyProxy(port, "reset")
-        run = subprocess.run(
-            [sdk2_python(), "-c", OTHER_FORMS, proxy.url, form], capture_output=True, text=True, timeout=120
-        )
-        assert proxy.losses() == ["lost charge_guarded: reset"]
+        with LossyProxy(port, "reset") as proxy:
+            run = subprocess.run(
+                [sdk2_python(), "-c", OTHER_FORMS, proxy.url, form], capture_output=True, text=True, timeout=120
+            )
+            assert proxy.losses() == ["lost charge_guarded: reset"]
         assert answer_of(run) == {"text": "Charged 100. New balance: 100", "error": False}
         assert server.ledger() == {"balance": 100, "charges": 1}
     finally:
