@@ -30,7 +30,8 @@ async def main(command):
         ledger = json.loads((await client.call_tool("get_balance", {})).content[0].text)
         print(json.dumps({
             "placement": settings.placement.value,
-            "settings": [settings.max_key_length, settings.retention_seconds],
+            "settings": [settings.max_key_length, settings.retention_seconds, settings.deadline_seconds,
+                         settings.lease_seconds],
             "answers": answers,
             "conflict": conflict,
             "charges": ledger["charges"],
@@ -52,9 +53,9 @@ def played(*server_options: str) -> dict:
 @pytest.mark.targets("2x-stdio")
 @pytest.mark.parametrize("placement", ["params", "meta"])
 def test_the_client_sends_the_key_where_the_server_reads_it_and_its_retry_replays_once_charged(placement):
-    report = played("--placement", placement, "--max-key-length", "64", "--retention", "90")
+    report = played("--placement", placement, "--max-key-length", "64", "--retention", "90", "--lease", "5")
     assert report["placement"] == placement  # read from the capability, wherever the server advertises it
-    assert report["settings"] == [64, 90]
+    assert report["settings"] == [64, 90, 600, 5]  # and how long a key may be in progress: the deadline, the lease
     assert report["answers"][0] == report["answers"][1] == "Charged 7. New balance: 7"
     assert report["conflict"] == "idempotency_key_conflict" and report["charges"] == 1
 
@@ -63,7 +64,7 @@ def test_the_client_sends_the_key_where_the_server_reads_it_and_its_retry_replay
 def test_the_client_fills_the_argument_the_tool_marks_and_its_retry_replays_once_charged():
     report = played("--placement", "argument", "--max-key-length", "64", "--retention", "90")
     assert report["placement"] == "argument"  # read from the tool list: this placement advertises no capability
-    assert report["settings"] == [None, None]  # the window is declared nowhere, so the client cannot bound by it
+    assert report["settings"] == [None] * 4  # the window is declared nowhere, so the client cannot bound by it
     assert report["answers"][0] == report["answers"][1] == "Charged 7. New balance: 7"
     assert report["conflict"] == "idempotency_key_conflict" and report["charges"] == 1
 

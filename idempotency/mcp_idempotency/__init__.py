@@ -8,7 +8,7 @@ and the rules load without the SDK):
     mcp_idempotency.stores    open_store, Limits, and the unit of work a tool joins (tx.execute, fetchone,
                               fetchall); the command `mcp-idempotency-store` (stores/command.py)
     mcp_idempotency.client    the client half: call_tool, one key per logical call retried until answered,
-                              and discover_settings
+                              discover_settings (discovery.py), honoured; each attempt's connection: link.py
     mcp_idempotency.rules     what a valid key is, when two calls are the same request, the rejections
     mcp_idempotency.probe     does this mcp build let the layer see the key?
     mcp_idempotency.keyed_call  what a 2.x client sends: KeyedCall, KeyedCallParams

@@ -3,8 +3,8 @@
     from mcp import Client
     from mcp_idempotency.client import call_tool, discover_settings
 
-    async with Client(server) as client:
-        settings = await discover_settings(client)   # None: the server gives no guarantee
+    async with Client("http://127.0.0.1:8000/mcp") as client:
+        settings = await discover_settings(client)   # None: the server declares no guarantee
         result = await call_tool(client, "send_email", {"to": "ada@example.com"}, settings=settings)
 
 It works for any tool: the key travels in request `_meta` (the default, where the server
@@ -17,21 +17,27 @@ marks one, in that argument (`model_facing` hides it from a model). In order:
    field, which the SDK's own params model would drop, so `KeyedCallParams` declares it), or
    `params._meta["com.example.sep3182/idempotencyKey"]` (the extension's placement), or the
    argument the tool marks `x-mcp-idempotency-key` (the declared argument);
-3. a timeout or a lost connection leaves the outcome unknown: send the very same request
-   again, same key, same arguments, after a jittered back-off;
+3. a timeout or a lost connection (a reset, a cut answer, a server that went away) leaves the
+   outcome unknown: send the very same request again, same key, same arguments, after a
+   jittered back-off, on a new connection where one can be opened (mcp_idempotency.link);
 4. a rejection says whether to send it again: `error.data.retryable` where the server sets
    it, else its `error.data.type`: in progress, store full and store unavailable mean
    "come back later";
 5. a conflict or an invalid key (`retryable: false`) is final: `KeyRefused`;
-6. anything else is the call's answer: a result (`isError` included) or any other JSON-RPC
-   error, returned or raised as it came.
+6. a rejection that a gateway turned into a tool result (`isError`, no acknowledgement, the
+   text of one of the rejections' messages) is read as that rejection, never as the answer;
+7. anything else is the call's answer: a result (`isError` included) or any other JSON-RPC
+   error, returned or raised as it came. `honoured(result)` says whether the server
+   acknowledged the key: a server that honours it says so in the result's `_meta`, on the
+   first answer and on every replay alike.
 
-The server's settings bound the loop further: a key is never longer than `maxKeyLength`,
-and no attempt is made `retentionSeconds` or more after the first, when the server may have
-forgotten the key and would run the call again (`WindowPassed`). After `attempts` tries it
-raises `GaveUp`, which carries the key and when it was first sent: a caller that resumes
-the logical call later passes both back. A server that advertises no capability gives no
-guarantee: do not retry a tool with effects on it.
+The server's settings bound the loop: a key is never longer than `maxKeyLength`; the same
+request is sent again for as long as the key may be in progress (`deadlineSeconds` +
+`leaseSeconds` after the first attempt, where a live run is ended and a dead holder's claim
+freed), and never `retentionSeconds` or more after the first, when the server may have
+forgotten the key and would run the call again (`WindowPassed`). Then it raises `GaveUp`,
+which carries the key and when it was first sent: a caller that resumes the logical call
+later passes both back.
 """
 
 import logging
@@ -40,26 +46,27 @@ import secrets
 import string
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import mcp_types
-from mcp import Client, ClientSession
 from mcp.shared.exceptions import MCPError
 
+from .discovery import Settings, discover_settings, model_facing
 from .keyed_call import KeyedCall, KeyedCallParams
+from .link import CONNECTION_LOST, Connection, reopenable, sent
 from .rules import (
+    ACKNOWLEDGEMENT,
     ARGUMENT_MARK,
     CONFLICT,
     DEFAULT_PLACEMENT,
-    EXTENSION_ID,
+    ERROR_CODE,
     INVALID_KEY,
+    MESSAGES,
     META_KEY,
     RETRYABLE,
     Placement,
-    marked_argument,
 )
 
 __all__ = [
@@ -72,6 +79,7 @@ __all__ = [
     "WindowPassed",
     "call_tool",
     "discover_settings",
+    "honoured",
     "keyed_request",
     "model_facing",
     "new_key",
@@ -81,24 +89,19 @@ log = logging.getLogger("idempotency.client")
 
 # How the 2.x SDK's client reports an attempt whose outcome it cannot know.
 TIMED_OUT = mcp_types.REQUEST_TIMEOUT  # it stopped waiting (and, on stdio, sent notifications/cancelled)
-CONNECTION_LOST = mcp_types.CONNECTION_CLOSED  # the transport went away with the request outstanding
-UNKNOWN_OUTCOME = {TIMED_OUT, CONNECTION_LOST}
+UNKNOWN_OUTCOME = {TIMED_OUT, CONNECTION_LOST}  # CONNECTION_LOST: the transport went away, request outstanding
 # What error.data.type says where error.data.retryable says nothing: the code alone (-32602
 # for every rejection) does not say which is worth sending again.
 COME_BACK_LATER = RETRYABLE  # in progress, store full, store unavailable
 FINAL = {CONFLICT, INVALID_KEY}
 
-# A stock Client, one of its sessions, or a function that gives the session for each attempt
-# (a client that reconnects after a lost connection passes one).
-Connection = Client | ClientSession | Callable[[], Awaitable[ClientSession]]
-
 
 @dataclass(frozen=True)
 class Policy:
-    """How long one attempt may take, how many attempts, and how the waits between them grow."""
+    """How long one attempt may take, how many attempts at most, and how the waits between them grow."""
 
     timeout: float = 30.0  # seconds per attempt; a tool slower than this is retried, and the server says in progress
-    attempts: int = 8
+    attempts: int | None = None  # None: as many as the server's settings leave time for
     first_back_off: float = 0.25  # seconds, doubled after each wait that follows a retryable answer
     max_back_off: float = 8.0
 
@@ -134,84 +137,6 @@ class WindowPassed(GaveUp):
 
 class KeyTooLong(ValueError):
     """A caller's key longer than the server's maxKeyLength: refused here, before anything is sent."""
-
-
-# ----------------------------------------------------------------------------
-# What the server declares: its capability, in the placement it reads keys in
-# ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What a server declares: where it reads the key, and its limits (None where it declares none)."""
-
-    placement: Placement = DEFAULT_PLACEMENT
-    max_key_length: int | None = None
-    retention_seconds: float | None = None
-    key_arguments: Mapping[str, str] = field(default_factory=dict)  # argument placement: tool -> marked property
-
-    @classmethod
-    def from_capabilities(cls, capabilities: object) -> "Settings | None":
-        """The settings in capabilities as they came off the wire; None when neither placement is advertised."""
-        if not isinstance(capabilities, dict):
-            return None
-        for placement, declared in (
-            (Placement.PARAMS, (capabilities.get("tools") or {}).get("idempotency")),
-            (Placement.META, (capabilities.get("extensions") or {}).get(EXTENSION_ID)),
-        ):
-            if isinstance(declared, dict):
-                return cls(placement, positive(declared, "maxKeyLength"), positive(declared, "retentionSeconds"))
-        return None
-
-
-def positive(declared: dict[str, Any], name: str) -> int | None:
-    """A setting a client can rely on: a whole number above zero; anything else is none."""
-    value = declared.get(name)
-    return value if type(value) is int and value > 0 else None
-
-
-async def session_of(connection: Connection) -> ClientSession:
-    """The session to send on: the client's, the one given, or the caller's reconnect function's."""
-    if isinstance(connection, Client):
-        return connection.session
-    if isinstance(connection, ClientSession):
-        return connection
-    return await connection()
-
-
-async def discover_settings(
-    connection: Connection, version: str = mcp_types.LATEST_PROTOCOL_VERSION
-) -> Settings | None:
-    """What the server declares, read from server/discover as it came off the wire (the SDK's typed
-    capabilities drop tools.idempotency); None when it declares nothing, or has no server/discover."""
-    session = await session_of(connection)
-    try:
-        discovered = await session.send_discover(version)
-    except MCPError:  # a 2025 server: no server/discover, so nothing this client may rely on
-        return None
-    return Settings.from_capabilities(discovered.get("capabilities")) or await declared_arguments(session)
-
-
-async def declared_arguments(session: ClientSession) -> Settings | None:
-    """The argument placement, which advertises no capability: the tools whose schema marks a key property."""
-    tools = (await session.list_tools()).tools
-    marked = {tool.name: name for tool in tools if (name := marked_argument(tool.input_schema)) is not None}
-    return Settings(Placement.ARGUMENT, key_arguments=marked) if marked else None
-
-
-def model_facing(tools: list[mcp_types.Tool]) -> list[mcp_types.Tool]:
-    """The tool list to give a model: each marked key property taken out, so the model never sees or fills it."""
-    return [tool.model_copy(update={"input_schema": without_key(tool.input_schema)}) for tool in tools]
-
-
-def without_key(schema: dict[str, Any]) -> dict[str, Any]:
-    """An inputSchema without its marked key property, nor that property among the required."""
-    name = marked_argument(schema)
-    if name is None:
-        return schema
-    properties = {other: value for other, value in schema["properties"].items() if other != name}
-    required = [other for other in schema.get("required", []) if other != name]
-    return {**schema, "properties": properties, **({"required": required} if "required" in schema else {})}
 
 
 # ----------------------------------------------------------------------------
@@ -279,6 +204,27 @@ def retryable(error: MCPError) -> bool:
     return error.code in UNKNOWN_OUTCOME or said is True or (said is None and rejection_type(error) in COME_BACK_LATER)
 
 
+def honoured(result: mcp_types.CallToolResult) -> bool:
+    """Did the server honour the call's key? A server that does says so in the result's `_meta`, the same on
+    the first answer and on every replay, so the answer itself tells, whatever a gateway did to the handshake."""
+    said = (result.meta or {}).get(ACKNOWLEDGEMENT)
+    return isinstance(said, dict) and isinstance(said.get("idempotencyKey"), str)
+
+
+def flattened(result: mcp_types.CallToolResult) -> MCPError | None:
+    """The rejection a gateway turned into a tool result, or None: an `isError` result that carries no
+    acknowledgement and whose text holds one of the rejections' messages (as "Error calling tool 'x': ...")."""
+    # A result the server recorded for the key carries the acknowledgement, even a tool's own error
+    # that quotes a message: so only an answer the server never acknowledged is read as a rejection.
+    if not result.is_error or honoured(result):
+        return None
+    text = "\n".join(part.text for part in result.content if isinstance(part, mcp_types.TextContent))
+    for kind, message in MESSAGES.items():
+        if message in text:
+            return MCPError(ERROR_CODE, text, {"type": kind})
+    return None
+
+
 # ----------------------------------------------------------------------------
 # One logical call
 # ----------------------------------------------------------------------------
@@ -287,9 +233,20 @@ def retryable(error: MCPError) -> bool:
 async def attempt(
     connection: Connection, request: mcp_types.CallToolRequest, timeout: float
 ) -> mcp_types.CallToolResult:
-    """Send the request once and wait at most `timeout` seconds for its answer."""
-    session = await session_of(connection)
-    return await session.send_request(request, mcp_types.CallToolResult, request_read_timeout_seconds=timeout)
+    """Send the request once, on a connection a lost answer cannot kill where one can be opened, and wait at
+    most `timeout` seconds for its answer."""
+    return await sent(connection, request, timeout)
+
+
+async def answer(
+    connection: Connection, request: mcp_types.CallToolRequest, timeout: float
+) -> mcp_types.CallToolResult:
+    """One attempt's answer: its result, or the rejection it stands for, raised as the server raised it."""
+    result = await attempt(connection, request, timeout)
+    rejected = flattened(result)
+    if rejected is not None:
+        raise rejected
+    return result
 
 
 def jittered(back_off: float) -> float:
@@ -319,20 +276,28 @@ async def call_tool(
     settings: Settings | None = None,
     first_sent: float | None = None,
 ) -> mcp_types.CallToolResult:
-    """One logical tools/call: sent with one key until answered, refused, or out of attempts.
+    """One logical tools/call: sent with one key until answered, refused, or out of time.
 
-    `settings` are the server's (`discover_settings`): where the key goes, how long it may be,
-    how long the server keeps it. A caller resuming a key passes back `first_sent`, the
-    time.time() of its first attempt (GaveUp carries it), so the window is counted from there.
+    `connection` is a URL, a `Client`, a `ClientSession`, or a function giving a session for each
+    attempt. `settings` are the server's (`discover_settings`): where the key goes, how long it may
+    be, how long it may stay in progress, how long the server keeps it. Without them (None: the
+    server, or a gateway in front of it, declared nothing) the key is still sent, in `_meta`, which a
+    server that does not know the extension ignores; `honoured(result)` then says whether it was
+    honoured. A caller resuming a key passes back `first_sent`, the time.time() of its first attempt
+    (GaveUp carries it), so every bound is counted from there.
     """
     settings = settings or Settings()
     key = checked(key, settings)
     request = keyed_request(name, arguments, key, settings.placement, settings.key_arguments.get(name))
     first_sent = time.time() if first_sent is None else first_sent
+    patience = settings.in_progress_at_most()
     back_off = policy.first_back_off
-    for number in range(1, policy.attempts + 1):
+    number = 0
+    while True:
+        number += 1
+        started = time.time()
         try:
-            return await attempt(connection, request, policy.timeout)
+            return await answer(connection, request, policy.timeout)
         except MCPError as error:
             if final(error):
                 log.info("attempt %d: %s: final, not retried", number, rejection_type(error))
@@ -340,10 +305,12 @@ async def call_tool(
             if not retryable(error):
                 raise  # the call's own answer: a recorded JSON-RPC error, an unknown tool, ...
             last = error
-        if number == policy.attempts:
-            break
-        wait = jittered(back_off)
         said = rejection_type(last) or last.message
+        if done_trying(policy, number, started - first_sent >= patience, last, connection):
+            log.info("attempt %d: %s; giving up", number, said)
+            raise GaveUp(key, number, last, first_sent)
+        # The last wait ends as the key stops being in progress, so that one attempt lands after it.
+        wait = min(jittered(back_off), max(0.0, first_sent + patience - time.time()))
         window = settings.retention_seconds
         if window is not None and time.time() + wait - first_sent >= window:
             # The key may be forgotten by the time this attempt lands: it would be a new call, not a retry.
@@ -352,5 +319,10 @@ async def call_tool(
         log.info("attempt %d: %s; retrying the same request in %.2fs", number, said, wait)
         await anyio.sleep(wait)
         back_off = min(back_off * 2, policy.max_back_off)
-    log.info("attempt %d: %s; giving up", policy.attempts, rejection_type(last) or last.message)
-    raise GaveUp(key, policy.attempts, last, first_sent)
+
+
+def done_trying(policy: Policy, number: int, patience_spent: bool, last: MCPError, connection: Connection) -> bool:
+    """Is attempt `number` the last? The policy's attempts are spent, or the key can no longer be in progress
+    (an attempt was made after that), or the connection died and cannot be opened again."""
+    spent = policy.attempts is not None and number >= policy.attempts
+    return spent or patience_spent or (last.code == CONNECTION_LOST and not reopenable(connection))
