@@ -318,7 +318,9 @@ and \`<prefix>/idempotencyKey\`).
   /** The longest key the server takes: its maxKeyLength where well-formed, else the SEP's default. */
   private maxKeyLength(): number {
     const stated = this.settings.maxKeyLength;
-    return isPositiveInteger(stated) ? (stated as number) : DEFAULT_MAX_KEY_LENGTH;
+    return isPositiveInteger(stated)
+      ? (stated as number)
+      : DEFAULT_MAX_KEY_LENGTH;
   }
 
   /** The fixture tools this server lacks, named; undefined when both are listed. */
