@@ -1,12 +1,13 @@
 """Write the conformance suite's sep-NNNN.yaml from a SEP document's MUST, MUST NOT and SHOULD sentences.
 
-Each normative sentence of the document's Specification section becomes one requirement
+Each normative sentence of the document's Specification section (or of the whole document, for
+an extension's specification, with --section ''; the SEP only summarises it) becomes one requirement
 row: a `check:` row when a check of the idempotency scenario tests it, else an
 `excluded:` row that says why the scenario cannot observe it, or a `TODO:` reason for a
 human to settle (a check to write, or an exclusion to confirm). MAY sentences get no row,
 as the suite's own guide asks. Standard library only.
 
-    python3 upstream/conformance/sep_yaml.py extension/seps/0000-request-idempotency.md \
+    python3 upstream/conformance/sep_yaml.py extension/specification/draft/idempotency.mdx --section '' \
         > upstream/conformance/src/seps/sep-3182.yaml
 """
 
@@ -15,7 +16,8 @@ import re
 import sys
 from pathlib import Path
 
-SPEC_URL = "https://github.com/modelcontextprotocol/modelcontextprotocol/pull/3182"
+# The spec pull request that will propose the extension (SEP numbers are PR numbers): a placeholder until it is open.
+SPEC_URL = "https://github.com/modelcontextprotocol/modelcontextprotocol/pull/XXXX"
 NORMATIVE = re.compile(r"\b(MUST|SHOULD|SHALL|REQUIRED)\b")
 
 # The scenario's checks, and what a sentence says when one of them tests it. Tried in
@@ -25,11 +27,13 @@ CHECKS = (
         "sep-3182-in-progress-rejected",
         r"in[ _]progress|still running|second execution|make the repeat wait|first execution is alive",
     ),
-    ("sep-3182-conflict-rejected", r"conflict|not equivalent"),
+    (
+        "sep-3182-conflict-rejected",
+        r"conflict|not equivalent|carry `data\.type` and `data\.retryable`|carry the key in `data\.idempotencyKey`",
+    ),
     ("sep-3182-invalid-key-rejected", r"(reject|refuse) any other value|echo the value"),
 )
 LATER_CHECKS = (
-    ("sep-3182-retention-stated", r"state the window"),
     ("sep-3182-capability-advertised", r"\bdeclare|\badvertise"),
     (
         "sep-3182-repeat-replays-outcome",
@@ -37,14 +41,20 @@ LATER_CHECKS = (
     ),
 )
 
+# Sentences that state no MUST or SHOULD but define what a check tests: a row each, so that every check the
+# scenario emits is traced to the SEP's words.
+DEFINITIONS = (("sep-3182-no-key-runs-every-time", r"absent or `null` key is no key"),)
+
 # What a server scenario cannot observe, and why; tried before the checks, first match wins.
 EXCLUSIONS = (
+    (r"key words", "The document's conventions (RFC 2119), not a requirement."),
+    (r"-32042|input-required", "Needs a tool that asks for input or a URL first; the fixtures do not."),
     (r"task", "Tasks (SEP-2663): a task-augmented call is not part of this scenario."),
     (
-        r"\blease\b|two executions|replace it|transaction|downstream",
+        r"\blease\b|two executions|both executions|\brenew|shuts down|replace it|transaction|downstream",
         "Needs a run that outlives its claim, on several instances.",
     ),
-    (r"loopback", "Deployment advice: not observable from one client."),
+    (r"loopback|gateway|protect its records", "Deployment advice: not observable from one client."),
     (
         r"principal|authori[sz]|someone else|token",
         "A server scenario connects with no credential: it cannot speak as two principals, nor with a narrowed token.",
@@ -87,7 +97,8 @@ def prose(text: str) -> str:
 
 
 def sentences(text: str) -> list[str]:
-    """The sentences of each paragraph or bullet, with a compound's second requirement a sentence of its own."""
+    """The normative or defining sentences of each paragraph or bullet, a compound's second requirement a sentence
+    of its own."""
     found = []
     for block in re.split(r"\n\s*\n|\n\s*[-*] |\n\s*\d+\. ", text):
         flat = " ".join(block.split()).lstrip("-* ")
@@ -95,7 +106,7 @@ def sentences(text: str) -> list[str]:
             # "MUST x, and SHOULD y" is two requirements of one subject.
             first, *rest = re.split(r",? and (?=(?:MUST|SHOULD|SHALL)\b)", sentence)
             found += [first] + [f"It {clause}" for clause in rest]
-    return [sentence.strip() for sentence in found if NORMATIVE.search(sentence)]
+    return [sentence.strip() for sentence in found if NORMATIVE.search(sentence) or first_match(DEFINITIONS, sentence)]
 
 
 def subject(sentence: str, previous: str | None) -> str | None:
@@ -122,7 +133,7 @@ def requirements(text: str) -> list[dict[str, str]]:
         who = subject(sentence, who)
         row = {"text": sentence}
         excluded = next((why for pattern, why in EXCLUSIONS if re.search(pattern, sentence, re.I)), None)
-        check = first_match(CHECKS + LATER_CHECKS, sentence)
+        check = first_match(CHECKS + LATER_CHECKS + DEFINITIONS, sentence)
         if who == "client":
             row["excluded"] = CLIENT_DUTY
         elif excluded:
@@ -163,11 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     """Read the SEP document named on the command line; write the yaml on stdout."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("document", type=Path, help="the SEP, e.g. extension/seps/0000-request-idempotency.md")
-    parser.add_argument("--section", default="Specification", help="the level-two heading read (default: %(default)s)")
+    parser.add_argument(
+        "--section", default="Specification", help="the level-two heading read, '' for all (default: %(default)s)"
+    )
     parser.add_argument("--sep", type=int, default=3182, help="the SEP's number (default: %(default)s)")
     parser.add_argument("--spec-url", default=SPEC_URL, help="the yaml's spec_url (default: the SEP's pull request)")
     settings = parser.parse_args(argv)
-    text = prose(section(settings.document.read_text(encoding="utf-8"), settings.section))
+    document = settings.document.read_text(encoding="utf-8")
+    text = prose(section(document, settings.section) if settings.section else document)
     sys.stdout.write(render(settings.sep, settings.spec_url, requirements(text)))
     return 0
 

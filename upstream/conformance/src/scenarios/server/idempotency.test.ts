@@ -85,7 +85,6 @@ describe('idempotency (SEP-3182)', () => {
       const statuses = await runAgainst(PORT);
       expect(Object.fromEntries(statuses)).toEqual({
         'sep-3182-capability-advertised': 'SUCCESS',
-        'sep-3182-retention-stated': 'SUCCESS',
         'sep-3182-repeat-replays-outcome': 'SUCCESS',
         'sep-3182-conflict-rejected': 'SUCCESS',
         'sep-3182-in-progress-rejected': 'SUCCESS',

@@ -29,9 +29,14 @@ import {
 } from '../../connection';
 import { untestableCheck } from '../untestable';
 
-const SEP_3182_REF: SpecReference = {
-  id: 'SEP-3182',
-  url: 'https://github.com/modelcontextprotocol/modelcontextprotocol/pull/3182'
+/**
+ * The spec pull request that proposes the extension (SEP numbers are PR
+ * numbers). XXXX is a placeholder until that PR is open; the check ids and
+ * src/seps/sep-3182.yaml take its number then.
+ */
+const SEP_REF: SpecReference = {
+  id: 'SEP-XXXX',
+  url: 'https://github.com/modelcontextprotocol/modelcontextprotocol/pull/XXXX'
 };
 
 /**
@@ -48,7 +53,7 @@ export const CHARGE_TOOL = 'test_idempotent_charge';
 export const COUNT_TOOL = 'test_idempotent_charge_count';
 
 const INVALID_PARAMS = -32602;
-const LONGEST_KEY = 255; // the SEP's ceiling for maxKeyLength
+const DEFAULT_MAX_KEY_LENGTH = 255; // the SEP's maxKeyLength when the settings state none
 const SLOW_SECONDS = 2; // long enough for a repeat to arrive while it runs
 const SETTLE_MS = 500; // the repeat leaves this long after the original
 
@@ -59,11 +64,6 @@ const CAPABILITY: CheckSpec = {
   id: 'sep-3182-capability-advertised',
   name: 'IdempotencyCapabilityAdvertised',
   description: `Server advertises ${IDEMPOTENCY_EXTENSION_ID} under capabilities.extensions, with well-formed settings`
-};
-const RETENTION: CheckSpec = {
-  id: 'sep-3182-retention-stated',
-  name: 'IdempotencyRetentionStated',
-  description: 'Server states its replay window in retentionSeconds'
 };
 const REPEAT: CheckSpec = {
   id: 'sep-3182-repeat-replays-outcome',
@@ -92,7 +92,8 @@ const INVALID_KEY: CheckSpec = {
 const NO_KEY: CheckSpec = {
   id: 'sep-3182-no-key-runs-every-time',
   name: 'IdempotencyNoKeyRunsEveryTime',
-  description: 'Two identical calls without a key both run'
+  description:
+    'Identical calls without a key, or with a null key, each run as without the extension'
 };
 /** The checks that call the fixture tools. */
 const BEHAVIOUR_CHECKS = [REPEAT, CONFLICT, IN_PROGRESS, INVALID_KEY, NO_KEY];
@@ -118,7 +119,7 @@ function check(
     status: errors.length === 0 ? 'SUCCESS' : severity,
     timestamp: new Date().toISOString(),
     errorMessage: errors.length > 0 ? errors.join('; ') : undefined,
-    specReferences: [SEP_3182_REF],
+    specReferences: [SEP_REF],
     details
   };
 }
@@ -166,14 +167,36 @@ async function chargeCount(conn: Connection): Promise<number> {
   return parsed;
 }
 
-/** What is wrong with a rejection that should be -32602 with data.type `type`. */
-function rejectionProblem(answer: Answer, type: string): string | undefined {
+/** Each rejection's data.retryable, as the SEP's table of errors gives it. */
+const RETRYABLE: Record<string, boolean> = {
+  idempotency_key_conflict: false,
+  idempotency_key_in_progress: true,
+  invalid_idempotency_key: false
+};
+
+/**
+ * What is wrong with a rejection that should be -32602 with data.type `type`,
+ * its data.retryable, and data.idempotencyKey `key` (none for an invalid key).
+ */
+function rejectionProblem(
+  answer: Answer,
+  type: string,
+  key?: string
+): string | undefined {
   if (!answer.error) {
     return `expected a -32602 error with data.type "${type}"; got a result ${JSON.stringify(answer.result)}`;
   }
-  const data = answer.error.data as { type?: unknown } | undefined;
-  if (answer.error.code !== INVALID_PARAMS || data?.type !== type) {
-    return `expected -32602 with data.type "${type}"; got ${answer.error.code} with data ${JSON.stringify(answer.error.data)}`;
+  const data = answer.error.data as
+    | { type?: unknown; retryable?: unknown; idempotencyKey?: unknown }
+    | undefined;
+  const expected = { type, retryable: RETRYABLE[type], idempotencyKey: key };
+  if (
+    answer.error.code !== INVALID_PARAMS ||
+    data?.type !== type ||
+    data?.retryable !== expected.retryable ||
+    (key !== undefined && data?.idempotencyKey !== key)
+  ) {
+    return `expected -32602 with data ${JSON.stringify(expected)}; got ${answer.error.code} with data ${JSON.stringify(answer.error.data)}`;
   }
   return undefined;
 }
@@ -209,17 +232,19 @@ export class IdempotencyScenario implements ClientScenario {
 **Server Implementation Requirements:**
 
 - Advertise \`${IDEMPOTENCY_EXTENSION_ID}\` under \`capabilities.extensions\` as an
-  object; \`maxKeyLength\` (at most 255) and \`retentionSeconds\`, where present, are
-  positive integers, and the window SHOULD be stated.
+  object (\`{}\` declares support with no setting stated); \`maxKeyLength\` and
+  \`retentionSeconds\`, where present, are positive integers.
 - A \`tools/call\` whose \`_meta["${IDEMPOTENCY_KEY_META}"]\` is a key already used with
   equivalent arguments, and finished, MUST get the recorded outcome; the tool runs once.
 - The key with other arguments MUST be rejected: -32602, \`data.type\`
-  \`"idempotency_key_conflict"\`; the tool does not run.
+  \`"idempotency_key_conflict"\`, \`data.retryable\` false; the tool does not run.
 - A repeat while the first call runs MUST be rejected at once: -32602, \`data.type\`
-  \`"idempotency_key_in_progress"\`; the tool runs once.
-- A key that is not a string of 1 to \`maxKeyLength\` characters MUST be rejected before
-  the tool runs: -32602, \`data.type\` \`"invalid_idempotency_key"\`, the value not echoed.
-- A call without a key runs every time.
+  \`"idempotency_key_in_progress"\`, \`data.retryable\` true; the tool runs once.
+- A key that is not a string of 1 to \`maxKeyLength\` (255 when not stated) characters
+  MUST be rejected before the tool runs: -32602, \`data.type\`
+  \`"invalid_idempotency_key"\`, \`data.retryable\` false, the value not echoed.
+- Every rejection but an invalid key's carries the key in \`data.idempotencyKey\`.
+- A call without a key, or with a \`null\` key, runs every time.
 
 A server implementing the extension under its own vendor prefix is run with
 \`MCP_CONFORMANCE_IDEMPOTENCY_PREFIX=<prefix>\` (the ids become \`<prefix>/idempotency\`
@@ -238,12 +263,10 @@ and \`<prefix>/idempotencyKey\`).
       // The rules bind a server that declares the extension; one that does not
       // may run a keyed call again, so the other checks do not apply.
       if (!this.declared) return [advertised, ...this.notApplicable()];
-      const stated = this.retentionStated();
       const missing = await this.missingFixtures(conn);
-      if (missing) return [advertised, stated, ...this.untestable(missing)];
+      if (missing) return [advertised, ...this.untestable(missing)];
       return [
         advertised,
-        stated,
         await this.repeatReplaysOutcome(conn),
         await this.conflictRejected(conn),
         await this.inProgressRejected(conn),
@@ -289,36 +312,15 @@ and \`<prefix>/idempotencyKey\`).
         );
       }
     }
-    const maxKeyLength = this.settings.maxKeyLength;
-    if (
-      isPositiveInteger(maxKeyLength) &&
-      (maxKeyLength as number) > LONGEST_KEY
-    ) {
-      errors.push(
-        `maxKeyLength MUST be at most ${LONGEST_KEY}; got ${maxKeyLength}`
-      );
-    }
     return check(CAPABILITY, errors, 'FAILURE', { declared });
   }
 
-  /** The window a client may count on is stated, as a SHOULD asks. */
-  private retentionStated(): ConformanceCheck {
-    return check(
-      RETENTION,
-      isPositiveInteger(this.settings.retentionSeconds)
-        ? []
-        : ['retentionSeconds SHOULD state the window'],
-      'WARNING',
-      { retentionSeconds: this.settings.retentionSeconds }
-    );
-  }
-
-  /** The longest key the server takes: its maxKeyLength where well-formed, else the SEP's ceiling. */
+  /** The longest key the server takes: its maxKeyLength where well-formed, else the SEP's default. */
   private maxKeyLength(): number {
     const stated = this.settings.maxKeyLength;
-    return isPositiveInteger(stated) && (stated as number) <= LONGEST_KEY
+    return isPositiveInteger(stated)
       ? (stated as number)
-      : LONGEST_KEY;
+      : DEFAULT_MAX_KEY_LENGTH;
   }
 
   /** The fixture tools this server lacks, named; undefined when both are listed. */
@@ -338,17 +340,17 @@ and \`<prefix>/idempotencyKey\`).
   /** A missing fixture fails each check it would have run, naming it (the suite's rule). */
   private untestable(reason: string): ConformanceCheck[] {
     return BEHAVIOUR_CHECKS.map(({ id, name, description }) =>
-      untestableCheck(id, name, description, reason, [SEP_3182_REF])
+      untestableCheck(id, name, description, reason, [SEP_REF])
     );
   }
 
   /** A server that does not declare the extension owes none of its behaviour. */
   private notApplicable(): ConformanceCheck[] {
-    return [RETENTION, ...BEHAVIOUR_CHECKS].map((spec) => ({
+    return BEHAVIOUR_CHECKS.map((spec) => ({
       ...spec,
       status: 'SKIPPED',
       timestamp: new Date().toISOString(),
-      specReferences: [SEP_3182_REF],
+      specReferences: [SEP_REF],
       details: {
         reason: `the server does not declare ${IDEMPOTENCY_EXTENSION_ID}`
       }
@@ -387,7 +389,7 @@ and \`<prefix>/idempotencyKey\`).
     const other = await charge(conn, 200, key);
     const ran = (await chargeCount(conn)) - before;
     const errors: string[] = [];
-    const problem = rejectionProblem(other, 'idempotency_key_conflict');
+    const problem = rejectionProblem(other, 'idempotency_key_conflict', key);
     if (problem) errors.push(problem);
     if (ran !== 0)
       errors.push(
@@ -410,7 +412,11 @@ and \`<prefix>/idempotencyKey\`).
     const first = await original;
     const ran = (await chargeCount(conn)) - before;
     const errors: string[] = [];
-    const problem = rejectionProblem(repeat, 'idempotency_key_in_progress');
+    const problem = rejectionProblem(
+      repeat,
+      'idempotency_key_in_progress',
+      key
+    );
     if (problem) errors.push(problem);
     if (answeredAfterMs >= SLOW_SECONDS * 1000) {
       errors.push(
@@ -456,23 +462,27 @@ and \`<prefix>/idempotencyKey\`).
     });
   }
 
-  /** A call without a key runs every time, as it would without the extension. */
+  /** A call without a key, or with a null key, runs every time, as it would without the extension. */
   private async noKeyRunsEveryTime(
     conn: Connection
   ): Promise<ConformanceCheck> {
     const before = await chargeCount(conn);
-    const first = await charge(conn, 100);
-    const second = await charge(conn, 100);
+    const answers = [
+      await charge(conn, 100),
+      await charge(conn, 100),
+      await charge(conn, 100, null),
+      await charge(conn, 100, null)
+    ];
     const ran = (await chargeCount(conn)) - before;
     const errors: string[] = [];
-    if (!succeeded(first) || !succeeded(second)) {
+    if (!answers.every(succeeded)) {
       errors.push(
-        `unkeyed charges MUST run as without the extension; got ${JSON.stringify([outcomeOf(first), outcomeOf(second)])}`
+        `calls without a key or with a null key MUST run as without the extension; got ${JSON.stringify(answers.map(outcomeOf))}`
       );
     }
-    if (ran !== 2)
+    if (ran !== answers.length)
       errors.push(
-        `two unkeyed calls MUST run twice; the tool ran ${ran} times`
+        `${answers.length} calls without a key (two absent, two null) MUST each run; the tool ran ${ran} times`
       );
     return check(NO_KEY, errors, 'FAILURE', { ran });
   }
