@@ -1,9 +1,10 @@
 """A keyed call this server claimed, from its claim to its kept outcome, with a bound on every step.
 
-A `KeyedRun` owns one claim: it runs the tool while its own lease keeper renews the claim, stops
+A `KeyedRun` owns one claim: it runs the tool, renews the claim's lease apart from the tool, stops
 the run at its deadline and records that it was stopped, or gives the key back. `Runs` holds every
 keyed run of a server in a task group of the server's own, so a caller that cancels or goes away
-stops waiting for its run, never the run, and the server's shutdown ends every run within a bound.
+stops waiting for its run, never the run, and the server's shutdown ends every run within a bound;
+its beat asks each live run to renew its lease every quarter lease.
 So a key is in progress for at most its deadline and a lease: a live run is ended at its deadline,
 and a holder that died stops renewing, so its lease frees the key.
 """
@@ -43,16 +44,10 @@ class KeyedRun:
     def __init__(self, store: Store, key: str, store_key: str, fingerprint: bytes, owner: str, deadline: float):
         self.store, self.key, self.store_key, self.owner = store, key, store_key, owner
         self.fingerprint, self.deadline = fingerprint, deadline
+        self.renewing = False  # a renewal of this claim is under way: the next waits for it to end
+        self.held = True  # the claim is still ours to renew
 
     async def outcome(self, work: Work) -> Outcome:
-        """The outcome the caller is told, the claim's lease kept alive by a keeper of its own while `work` runs."""
-        async with anyio.create_task_group() as keeper:
-            keeper.start_soon(self.keep_lease)
-            outcome = await self.fate(work)
-            keeper.cancel_scope.cancel()
-        return outcome
-
-    async def fate(self, work: Work) -> Outcome:
         """Recorded; stopped at its deadline and recorded so; or given back: what the caller is told."""
         try:
             with anyio.move_on_after(self.deadline) as limit:
@@ -97,19 +92,19 @@ class KeyedRun:
             tx.complete(self.store_key, self.fingerprint, recorded(failure))
         return failure, tx.completed
 
-    async def keep_lease(self) -> None:
-        """Renew the claim every quarter lease while the tool runs, so a live run is never taken over."""
-        # One renewal at a time, each bounded by the store's longest wait (a third of the lease): two
-        # beats and a renewal that waited its longest still fall within a lease. The renewal never
-        # waits for the tool, which runs in another task, and takes nothing its unit of work holds.
-        limits = self.store.limits
-        while True:
-            await anyio.sleep(limits.lease / 4)
-            with anyio.move_on_after(limits.wait) as bound:
-                if not await self.renewed():
-                    return
+    async def renew_lease(self) -> None:
+        """One renewal of the claim's lease, bounded by the store's longest wait, so a live run is never taken over."""
+        # Its own task, apart from the tool's: it never waits for the tool, and takes nothing its unit of work
+        # holds. One at a time: a renewal that waited its longest (a third of the lease) and the next beat (a
+        # quarter) still fall within a lease.
+        self.renewing, wait = True, self.store.limits.wait
+        try:
+            with anyio.move_on_after(wait) as bound:
+                self.held = await self.renewed()
             if bound.cancelled_caught:
-                log.warning("lease not renewed: key=%r, the store did not answer in %g s", self.key, limits.wait)
+                log.warning("lease not renewed: key=%r, the store did not answer in %g s", self.key, wait)
+        finally:
+            self.renewing = False
 
     async def renewed(self) -> bool:
         """One renewal: False once the claim is no longer ours (completed, taken over, forgotten)."""
@@ -136,7 +131,7 @@ class Runs:
 
     def __init__(self, group: TaskGroup):
         self.group = group
-        self.ending: set[anyio.Event] = set()
+        self.live: dict[KeyedRun, anyio.Event] = {}  # each run under way, and the event set as it ends
 
     async def outcome(self, run: KeyedRun, work: Work) -> Outcome:
         """The run's outcome once it is kept; the run goes on whatever befalls this caller."""
@@ -148,27 +143,40 @@ class Runs:
                 kept.append(await run.outcome(work))
             finally:
                 ended.set()
-                self.ending.discard(ended)
+                self.live.pop(run, None)
 
-        self.ending.add(ended)
+        self.live[run] = ended
         self.group.start_soon(to_its_end)
         await ended.wait()
         return kept[0] if kept else rejection(STORE_UNAVAILABLE, run.key, SHUT_DOWN)
 
+    async def keep_leases(self, beat: float) -> None:
+        """Every `beat` (a quarter lease), a renewal for each live run whose claim is still its own and whose
+        last renewal has ended, each a task of its own."""
+        # One beat for every run, not a timer per run: nearly every call ends before its first renewal
+        # is due, and then it cost no task at all.
+        while True:
+            await anyio.sleep(beat)
+            for run in list(self.live):
+                if run.held and not run.renewing:
+                    self.group.start_soon(run.renew_lease)
+
     async def ended(self) -> None:
         """Once every run started so far has ended."""
-        for ended in list(self.ending):
+        for ended in list(self.live.values()):
             await ended.wait()
 
 
 @asynccontextmanager
-async def runs_kept() -> AsyncIterator[Runs]:
-    """The server's keyed runs while it serves; as it shuts down, each has SHUTDOWN_GRACE seconds to finish,
-    then is stopped, its unit of work rolled back and its key given back, so shutdown ends within a bound."""
+async def runs_kept(lease: float) -> AsyncIterator[Runs]:
+    """The server's keyed runs while it serves, their leases renewed every quarter `lease`; as it shuts down,
+    each has SHUTDOWN_GRACE seconds to finish, then is stopped, its unit of work rolled back and its key
+    given back, so shutdown ends within a bound."""
     # Given back, not left to the lease: a stopped run kept nothing in the store, and its effect
     # elsewhere, if any, is the same for a retry on another instance now or a lease later.
     async with anyio.create_task_group() as group:
         runs = Runs(group)
+        group.start_soon(runs.keep_leases, lease / 4)
         try:
             yield runs
         finally:

@@ -236,8 +236,9 @@ class Idempotency(Extension):
             log.error("%s", refusal)
             raise RuntimeError(refusal)
         # The runs end before the store closes under them, and a run may use the store until it ends.
+        opened = open_store(self.store_url, self.limits, self.tables)
         try:
-            async with open_store(self.store_url, self.limits, self.tables) as store, runs_kept() as runs:
+            async with opened as store, runs_kept(self.limits.lease) as runs:
                 self._store, self._runs = store, runs
                 yield self
         finally:

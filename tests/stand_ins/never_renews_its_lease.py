@@ -9,7 +9,7 @@ from mcp_idempotency_demo import ledger_server
 class LapsingRun(KeyedRun):
     """A keyed run whose claim is left to lapse while its tool still runs."""
 
-    async def keep_lease(self) -> None:
+    async def renew_lease(self) -> None:
         """No renewal at all."""
 
 
