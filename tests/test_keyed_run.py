@@ -81,6 +81,21 @@ def test_a_deadline_for_a_tool_the_server_does_not_list_is_refused_at_start_in_o
     ], refused.stderr
 
 
+# (the value as Python source, as the refusal shows it)
+NO_BOUND = [("0", "0"), ("-1", "-1"), ("float('nan')", "nan"), ("float('inf')", "inf"), ("'60'", "'60'")]
+NO_BOUND += [("True", "True")]
+
+
+@pytest.mark.parametrize(("seconds", "shown"), NO_BOUND)
+def test_a_tools_deadline_that_is_no_bound_is_refused_at_construction_in_one_line(seconds, shown):
+    build = f"from mcp_idempotency.layer import Idempotency; Idempotency('memory', deadlines={{'export': {seconds}}})"
+    refused = subprocess.run([sdk2_python(), "-c", build], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines()[-1] == (
+        f"ValueError: deadlines['export']={shown}: a deadline must be a finite number above zero"
+    )
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_a_server_whose_stdin_closes_with_a_keyed_tool_hung_stops_it_gives_its_key_back_and_exits(kind, tmp_path):
     url = "memory" if kind == "memory" else f"sqlite:{tmp_path / 'store.db'}"
