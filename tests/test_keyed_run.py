@@ -82,8 +82,14 @@ def test_a_deadline_for_a_tool_the_server_does_not_list_is_refused_at_start_in_o
 
 
 # (the value as Python source, as the refusal shows it)
-NO_BOUND = [("0", "0"), ("-1", "-1"), ("float('nan')", "nan"), ("float('inf')", "inf"), ("'60'", "'60'")]
-NO_BOUND += [("True", "True")]
+NO_BOUND = [
+    ("0", "0"),
+    ("-1", "-1"),
+    ("float('nan')", "nan"),
+    ("float('inf')", "inf"),
+    ("'60'", "'60'"),
+    ("True", "True"),
+]
 
 
 @pytest.mark.parametrize(("seconds", "shown"), NO_BOUND)
