@@ -134,21 +134,29 @@ class Runs:
         self.live: dict[KeyedRun, anyio.Event] = {}  # each run under way, and the event set as it ends
 
     async def outcome(self, run: KeyedRun, work: Work) -> Outcome:
-        """The run's outcome once it is kept; the run goes on whatever befalls this caller."""
+        """The run's outcome once it is kept; the run, a task of the server's own, goes on whatever befalls
+        this caller."""
         ended, kept = anyio.Event(), []
 
         async def to_its_end() -> None:
             """The run, to its outcome or the server's shutdown."""
             try:
-                kept.append(await run.outcome(work))
+                kept.append(await self.run(run, work))
             finally:
                 ended.set()
-                self.live.pop(run, None)
 
-        self.live[run] = ended
         self.group.start_soon(to_its_end)
         await ended.wait()
         return kept[0] if kept else rejection(STORE_UNAVAILABLE, run.key, SHUT_DOWN)
+
+    async def run(self, run: KeyedRun, work: Work) -> Outcome:
+        """`run` to its outcome in this task, its lease renewed on the beat while it is under way."""
+        self.live[run] = ended = anyio.Event()
+        try:
+            return await run.outcome(work)
+        finally:
+            del self.live[run]
+            ended.set()
 
     async def keep_leases(self, beat: float) -> None:
         """Every `beat` (a quarter lease), a renewal for each live run whose claim is still its own and whose

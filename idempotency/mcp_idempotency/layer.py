@@ -251,6 +251,13 @@ class Idempotency(Extension):
             raise RuntimeError(NOT_OPEN)
         return self._store
 
+    @property
+    def runs(self) -> Runs:
+        """The keyed runs under way; only while the server runs."""
+        if self._runs is None:
+            raise RuntimeError(NOT_OPEN)
+        return self._runs
+
     def transaction(self) -> UnitOfWork:
         """P17: a tool's unit of work in the store; under a keyed call it joins the layer's, as a savepoint."""
         return self.store.transaction()
@@ -402,9 +409,7 @@ class Idempotency(Extension):
     async def run_once(self, run: KeyedRun, work: Work) -> Outcome:
         """P7: a keyed run runs in the server's own task group, to completion or its deadline, whatever befalls
         its caller: a cancel, a closed response stream or a vanished client never stops it half way."""
-        if self._runs is None:
-            raise RuntimeError(NOT_OPEN)
-        return await self._runs.outcome(run, work)
+        return await self.runs.outcome(run, work)
 
     def never_kept(self, outcome: Outcome) -> bool:
         """P6', P25: is this an outcome that asks for the request again (-32042, input required), never recorded?"""

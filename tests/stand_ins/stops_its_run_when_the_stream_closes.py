@@ -9,10 +9,11 @@ from mcp_idempotency_demo import ledger_server
 
 
 class StopsItsRunWhenTheStreamCloses(Idempotency):
-    """The layer, running each keyed call in its caller's own task, which any cancel reaches."""
+    """The layer, running each keyed call in its caller's own task, which any cancel reaches (its lease
+    renewed as any run's)."""
 
     async def run_once(self, run: KeyedRun, work: Work) -> Outcome:
-        return await run.outcome(work)
+        return await self.runs.run(run, work)
 
 
 ledger_server.main(StopsItsRunWhenTheStreamCloses)
