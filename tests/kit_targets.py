@@ -4,9 +4,10 @@
     python3 tests/kit_targets.py ts-http          # some of them
     python3 tests/kit_targets.py --readme         # all, and put the results table in conformance/README.md
 
-Each target is started five times, as the kit's fixture contract asks: plain, with a
-slow charge, with a one-second window, with room for three records, and with a
-one-second lease on a three-second charge. A target of
+Each target is started six times, as the kit's fixture contract asks: plain, with a
+slow charge, with a one-second window, with room for three records, with a
+one-second lease on a three-second charge, and with a one-second deadline and lease
+on a six-second charge. A target of
 ours must have no FAILURE, and no WARNING but those listed here with their reason; a
 stand-in must fall short on exactly the checks its one broken rule covers.
 """
@@ -42,8 +43,12 @@ VARIANTS = {
     # a charge that outlasts its one-second lease by two seconds (kit.py's --short-lease default); the lease
     # is the 2.x servers' alone (SHORT_LEASE, with_store): one process has none, its run is never taken over
     "short-lease-": ["--charge-delay", "3"],
+    # a charge that outlasts a one-second deadline and lease by four seconds; only the 2.x servers advertise the two
+    # (SHORT_DEADLINE, with_store), so the others are not asked about them
+    "short-deadline-": ["--charge-delay", "6"],
 }
 SHORT_LEASE = ["--lease", "1"]
+SHORT_DEADLINE = ["--deadline", "1", "--lease", "1"]
 READY_SECONDS = 20
 META = ["--placement", "meta"]  # P26 on the server's command line, and the same on the kit's
 FIELD = ["--placement", "params"]  # the SEP's field, which the 2.x targets and stand-ins mean (the default is _meta)
@@ -154,11 +159,12 @@ ISSUE_25_CHECKS = [
 def with_store(command: list[str], folder: Path, variant: str, memory: bool) -> list[str]:
     """The 2.x servers and stand-ins get a store of their own per variant, each empty at first: a SQLite file, or
     the process's memory (a stand-in's rule is the layer's, whatever the store), but with --tasks, whose tasks
-    live in a SQL store; and the short-lease variant its lease."""
+    live in a SQL store; and the short-lease variant its lease, the short-deadline one its deadline and lease."""
     if command[1:3] == SDK2_SERVER or "stand_ins" in command[1]:
         in_memory = memory and "--tasks" not in command
         store = ["--store", "memory" if in_memory else f"sqlite:{folder / (variant or 'main')}.db"]
-        return [*command, *store, *(SHORT_LEASE if variant == "short-lease" else [])]
+        bounds = {"short-lease": SHORT_LEASE, "short-deadline": SHORT_DEADLINE}.get(variant, [])
+        return [*command, *store, *bounds]
     return command
 
 

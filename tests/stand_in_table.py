@@ -79,7 +79,13 @@ STAND_INS = {
     "drops-the-capability": ("drops_the_capability.py", {"capability-declared"}),
     "records-its-own-rejections": (
         "records_its_own_rejections.py",
-        {"conflict-leaves-the-record", "cancelled-call-runs-once", "live-run-never-taken-over"},
+        # its in-progress rejection, recorded, answers the key past its deadline too
+        {
+            "conflict-leaves-the-record",
+            "cancelled-call-runs-once",
+            "live-run-never-taken-over",
+            "in-progress-ends-by-the-deadline",
+        },
     ),
     "shares-keys-across-principals": (
         "shares_keys_across_principals.py",
@@ -114,6 +120,7 @@ STAND_INS = {
     "compares-integers-as-doubles": ("compares_integers_as_doubles.py", {"large-integers-exact"}),
     # A live run taken over once its lease passes.
     "never-renews-its-lease": ("never_renews_its_lease.py", {"live-run-never-taken-over"}),
+    "never-ends-a-hung-run": ("never_ends_a_hung_run.py", {"in-progress-ends-by-the-deadline"}),
     # Issue 26: one principal may fill the whole store.
     "bounds-only-the-whole-store": ("bounds_only_the_whole_store.py", {"share-per-principal"}),
     # Issue 24: a lost task handle, an input-required answer, the key's placement, a closed SSE stream.

@@ -265,6 +265,16 @@ def test_a_charge_three_times_slower_than_its_lease_is_never_taken_over_on_any_s
     assert max(results[0]["details"]["in progress at"]) > 2, output  # twice the lease and more
 
 
+@pytest.mark.targets("2x-stdio", "2x-http")
+@pytest.mark.parametrize("server", ["2x-stdio", "2x-http"])
+def test_a_charge_that_outlasts_its_deadline_leaves_its_key_in_progress_no_longer_than_deadline_and_lease(server):
+    """P31: on a one-second deadline and lease, a six-second charge is stopped, and no retry sent past the two
+    together is told it is in progress; one process (1.x, TypeScript) advertises neither, and is not asked."""
+    check = "sep-3182-in-progress-ends-by-the-deadline"
+    results, output = kit_targets.run_kit(server, [check])
+    assert [(entry["id"], entry["status"]) for entry in results] == [(check, "SUCCESS")], output
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", [name for name in kit_targets.TARGETS if name not in kit_targets.STAND_INS])

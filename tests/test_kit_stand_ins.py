@@ -104,9 +104,10 @@ QUICK_STAND_INS = [name for name in kit_targets.STAND_INS if quick_checks(name)]
 
 
 def waits_on_a_running_charge(name: str) -> bool:
-    """Does one of a stand-in's checks wait on a charge kept running (a slow charge, a lease outlived)?"""
+    """Does one of a stand-in's checks wait on a charge kept running (a slow charge, a lease or deadline outlived)?"""
     checks = {check.id.removeprefix("sep-3182-"): check for check in kit.CHECKS}
-    return any({checks[check].needs, *checks[check].uses} & {"slow", "short_lease"} for check in quick_checks(name))
+    waiting = {"slow", "short_lease", "short_deadline"}
+    return any({checks[check].needs, *checks[check].uses} & waiting for check in quick_checks(name))
 
 
 # A stand-in whose checks wait on a running charge takes 4 to 15 s (together 2 min of this test's 2 min 37 s, summed

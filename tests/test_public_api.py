@@ -34,13 +34,15 @@ CONTRACTS = {
     ],
 }
 # The kit's option for each server it is given, and how booking.py is started for it: the kit's defaults
-# (a 2 s charge, a 1 s window, 3 records, a 1 s lease under a charge 2 s longer).
+# (a 2 s charge, a 1 s window, 3 records, a 1 s lease under a charge 2 s longer, a 1 s deadline and lease under a
+# charge 4 s longer than both).
 SERVERS = {
     "": [],
     "slow-": ["--delay", "2"],
     "short-retention-": ["--retention", "1"],
     "bounded-": ["--max-records", "3"],
     "short-lease-": ["--lease", "1", "--delay", "3"],
+    "short-deadline-": ["--deadline", "1", "--lease", "1", "--delay", "6"],
 }
 # K2 and K3 need an HTTP server behind authorisation and two principals' tokens: booking.py has no
 # authorisation, so these are all it leaves untested over HTTP.

@@ -14,6 +14,7 @@ from wire import ROOT, sdk2_python, text_of
 
 HANDSHAKE = "2025-11-25"
 SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+ACKNOWLEDGED = {"com.example.sep3182/idempotency": {"idempotencyKey": "p20-a"}}  # P33, in any revision
 
 
 def in_revision(wire, revision: str, amount: int, key: str) -> dict:
@@ -28,7 +29,7 @@ def test_recorded_on_2026_replayed_to_a_2025_client_in_2025_shape(wire):
     replay = in_revision(wire, HANDSHAKE, 100, "p20-a")
 
     assert original["result"]["resultType"] == "complete" and SERVER_INFO in original["result"]["_meta"]
-    assert "resultType" not in replay["result"] and "_meta" not in replay["result"]
+    assert "resultType" not in replay["result"] and replay["result"]["_meta"] == ACKNOWLEDGED  # no serverInfo stamp
     assert replay["result"]["content"] == original["result"]["content"]
     assert replay["result"]["structuredContent"] == original["result"]["structuredContent"]
     assert wire.ledger() == {"balance": 100, "charges": 1}

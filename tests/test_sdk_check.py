@@ -303,7 +303,7 @@ BAD_OPTIONS = [
     pytest.param(("--max-records", "0"), id="max-records-0"),
     pytest.param(("--charge-delay", "-1"), id="charge-delay-negative"),
 ]
-# P18': what ends a run: server.py's deadline (one process: never a takeover); the 2.x server's lease
+# P18', P31: what ends a run: a deadline (server.py's and the 2.x server's); the 2.x server's lease
 DEADLINE = [pytest.param(("--deadline", "0"), id="deadline-0"), pytest.param(("--deadline", "nan"), id="deadline-nan")]
 LEASE = [pytest.param(("--lease", "0"), id="lease-0"), pytest.param(("--lease", "nan"), id="lease-nan")]
 
@@ -322,7 +322,7 @@ def test_server_refuses_a_window_or_bound_that_is_not_positive(options):
 
 
 @pytest.mark.targets("2x-stdio", "2x-http")
-@pytest.mark.parametrize("options", BAD_OPTIONS + LEASE)
+@pytest.mark.parametrize("options", BAD_OPTIONS + LEASE + DEADLINE)
 def test_sdk2_server_refuses_a_window_or_bound_that_is_not_positive(options):
     refused_option(sdk2_python(), *SDK2_SERVER, options=options)
 

@@ -317,12 +317,15 @@ def test_a_store_made_by_the_previous_version_stops_the_server_with_one_line(sto
     assert line.startswith(f"cannot open the store {store_url}: ") and "schema version 1" in line
 
 
-@pytest.mark.parametrize("limit", ["retention", "lease", "max_records", "max_records_per_principal", "max_key_length"])
-@pytest.mark.parametrize("value", [0, -1, float("nan"), "30"])
+LIMITS = ["retention", "lease", "max_records", "max_records_per_principal", "max_key_length", "deadline"]
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), "30"])
 def test_a_limit_that_voids_a_guarantee_is_refused_at_construction_in_one_line(limit, value):
     with pytest.raises(ValueError) as refused:
         Limits(**{limit: value})
-    assert str(refused.value) == f"Limits({limit}={value!r}): {limit} must be a number above zero"
+    assert str(refused.value) == f"Limits({limit}={value!r}): {limit} must be a finite number above zero"
 
 
 def test_limits_above_zero_are_taken_as_given():

@@ -26,6 +26,7 @@ import mcp_types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.request_state import RequestStateSecurity
 
+from mcp_idempotency.keyed_run import SHUTDOWN_GRACE
 from mcp_idempotency.layer import Idempotency, one_tenant, token_principal
 from mcp_idempotency.probe import sdk_hides_the_key
 from mcp_idempotency.rules import Placement
@@ -345,7 +346,10 @@ def serve_http(settings: argparse.Namespace, keys: Idempotency, gate: "type[Scop
         # Innermost, after the SDK's authentication: the verified token is known, no handler has run.
         app.user_middleware.append(Middleware(gate or auth.ScopeGate, scopes=TOOL_SCOPES, resource=settings.resource))
         auth.listing_scopes(app, mcp.settings.auth, sorted(set(TOOL_SCOPES.values())))
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    # On SIGTERM uvicorn waits for the requests in flight, without end unless told: a keyed call's request then
+    # waits out its run, so it waits the grace a keyed run has, then the layer's shutdown ends the runs.
+    grace = int(SHUTDOWN_GRACE)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=grace)
 
 
 def main(
@@ -369,11 +373,13 @@ def main(
         sys.exit(f"cannot open the store {settings.store}: {problem}")
     where = "stdio" if settings.transport == "stdio" else f"http://{settings.host}:{settings.port}/mcp"
     log.info(
-        "serving on %s: store %s, retention %gs, lease %gs, at most %d records, charge delay %gs, key in %s",
+        "serving on %s: store %s, retention %gs, lease %gs, deadline %gs, at most %d records, charge delay %gs, "
+        "key in %s",
         where,
         settings.store,
         settings.retention,
         settings.lease,
+        settings.deadline,
         settings.max_records,
         settings.charge_delay,
         settings.placement.value,

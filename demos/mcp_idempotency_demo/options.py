@@ -1,9 +1,11 @@
-"""The command-line options the demo's servers share: the windows, the bounds, the tool's delay, the decision log."""
+"""The command-line options the demo's servers share: the windows, the bounds, the deadline, the tool's delay, the
+decision log."""
 
 import argparse
 
 from mcp_idempotency.rules import (
     ARGUMENT_MARK,
+    DEADLINE_SECONDS,
     DEFAULT_PLACEMENT,
     EXTENSION_ID,
     MAX_KEY_LENGTH,
@@ -70,6 +72,13 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         help="how long a claim is held before a retry may take it over (P18; default: 30)",
     )
     parser.add_argument(
+        "--deadline",
+        type=seconds,
+        default=DEADLINE_SECONDS,
+        metavar="SECONDS",
+        help=f"how long a keyed run may take before it is stopped, a failure recorded (default: {DEADLINE_SECONDS:g})",
+    )
+    parser.add_argument(
         "--max-records",
         type=records,
         default=MAX_RECORDS,
@@ -120,4 +129,5 @@ def limits_of(settings: argparse.Namespace) -> Limits:
         max_records=settings.max_records,
         max_records_per_principal=settings.max_records_per_principal,
         max_key_length=settings.max_key_length,
+        deadline=settings.deadline,
     )

@@ -22,14 +22,16 @@ parser.add_argument("--store", default="sqlite:booking.db")
 parser.add_argument("--delay", type=float, default=0.0, help="seconds each booking takes")
 parser.add_argument("--retention", type=float, default=Limits.retention)
 parser.add_argument("--lease", type=float, default=Limits.lease)
+parser.add_argument("--deadline", type=float, default=Limits.deadline, help="seconds a keyed call may run")
 parser.add_argument("--max-records", type=int, default=Limits.max_records)
 parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
 parser.add_argument("--port", type=int, default=8000, help="HTTP: on 127.0.0.1, at /mcp")
 options = parser.parse_args()
 
-keys = Idempotency(
-    options.store, limits=Limits(retention=options.retention, lease=options.lease, max_records=options.max_records)
+limits = Limits(
+    retention=options.retention, lease=options.lease, max_records=options.max_records, deadline=options.deadline
 )
+keys = Idempotency(options.store, limits=limits)
 mcp = MCPServer(  # the one line: the layer, its capability, its store's lifetime
     "booking", version="1.0", extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan
 )

@@ -24,6 +24,7 @@ parser.add_argument("--outbox", type=Path, default=Path("outbox.txt"), help="whe
 parser.add_argument("--delay", type=float, default=0.0, help="seconds each payment takes")
 parser.add_argument("--retention", type=float, default=Limits.retention)
 parser.add_argument("--lease", type=float, default=Limits.lease)
+parser.add_argument("--deadline", type=float, default=Limits.deadline, help="seconds a keyed call may run")
 parser.add_argument("--max-records", type=int, default=Limits.max_records)
 parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
 parser.add_argument("--port", type=int, default=8000, help="HTTP: on 127.0.0.1, at /mcp")
@@ -33,7 +34,9 @@ options = parser.parse_args()
 BALANCES = "CREATE TABLE IF NOT EXISTS balances (account TEXT PRIMARY KEY, balance BIGINT NOT NULL, payments BIGINT)"
 keys = Idempotency(
     options.store,
-    limits=Limits(retention=options.retention, lease=options.lease, max_records=options.max_records),
+    limits=Limits(
+        retention=options.retention, lease=options.lease, max_records=options.max_records, deadline=options.deadline
+    ),
     tables=[BALANCES],
 )
 mcp = MCPServer("shop", version="1.0", extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan)

@@ -14,7 +14,8 @@ Read it top to bottom, in the order of the SEP: read the key (P1, P2), fingerpri
 the request (P3), claim the key (P16), then conflict, in progress, replay (P4,
 P20), or run the tool and record its outcome in one unit of work with its side
 effect (P6', P7, P17, P18, P23), the claim's lease renewed for as long as the
-tool runs, so a retry never takes over a live run (P18'). A tool whose effect
+tool runs, so a retry never takes over a live run (P18'), until the run's deadline
+(keyed_run.py). A tool whose effect
 lives in the same store joins that unit of work through `keys.transaction()`;
 one whose effect is elsewhere (an e-mail) forwards `keys.downstream_key()` to the
 API that makes it (P27), or else has S4's caveat: a crash between the effect and
@@ -24,8 +25,8 @@ The decisions a subclass may change, one method each: `key_of` (where and what a
 is), `fingerprint` (what makes two requests the same), `principal` (whose call it is,
 given to the constructor), `store_key` and `share_of` (how records are scoped and
 counted), `answer` (what a record that holds the key gives a retry), `never_kept`
-(which outcomes are not recorded), `run_scope` (what may stop a keyed run),
-`keep_alive` (how the leases of running claims are renewed) and `advertised` (the
+(which outcomes are not recorded), `keyed_run` (the life cycle of one claimed call:
+its lease, its deadline), `run_once` (where a keyed run runs) and `advertised` (the
 capability). `intercept_tool_call` is the algorithm itself.
 
 Ids such as S1 (a rule of SEP-3182, as this project lists them) and P9 (a position
@@ -35,12 +36,11 @@ tests/CONFORMANCE.md lists both.
 
 import contextvars
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+import math
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-import anyio
-import anyio.lowlevel
 import mcp_types
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -50,9 +50,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.methods import is_input_required
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
-from pydantic_core import from_json, to_json
+from pydantic_core import from_json
 
 from . import rules
+from .keyed_run import KeyedRun, Runs, Work, runs_kept
+from .outcomes import AsksAgain, Outcome, internal_error, recorded, rejection
 from .probe import why_the_key_is_hidden
 from .rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE, Placement
 from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won, checked_url, open_store
@@ -70,7 +72,6 @@ SHARED_KEY_SPACE = (
     "replays another's result; pass principal=token_principal behind OAuth to give each principal its own"
 )
 
-Outcome = dict[str, Any] | MCPError  # what a tools/call produced: a result, or a JSON-RPC error
 Context = ServerRequestContext[Any, Any]
 
 # P27: the keyed call a tool runs for, as its downstream key (Idempotency.downstream_key).
@@ -110,28 +111,11 @@ def token_principal() -> Principal:
 # ----------------------------------------------------------------------------
 
 
-def rejection(kind: str, key: str | None = None, detail: str | None = None) -> MCPError:
-    """P5: the JSON-RPC error for an idempotency rejection; never recorded (P6)."""
-    return MCPError(**rules.rejection(kind, key, detail))
-
-
-def internal_error() -> MCPError:
-    """P6': what anything unexpected becomes: a fixed message, no exception text leaked to the client."""
-    return MCPError(**rules.INTERNAL_ERROR)
-
-
 def as_mapping(result: HandlerResult) -> dict[str, Any]:
     """A handler's result as the SDK dumps it for the wire, before it shapes it for a revision."""
     if isinstance(result, BaseModel):
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
     return dict(result or {})
-
-
-def recorded(outcome: Outcome, declared: Mapping[str, Any] | None = None) -> str:
-    """P6: an outcome as the store keeps it: an error; or a result, with what its request declared (P30)."""
-    if isinstance(outcome, MCPError):
-        return to_json({"error": outcome.error.model_dump(exclude_none=True)}).decode()
-    return to_json({"result": outcome, **({"declared": declared} if declared else {})}).decode()
 
 
 def recorded_as(outcome: Outcome, key: str, declared: Mapping[str, Any]) -> tuple[Outcome, str]:
@@ -141,6 +125,14 @@ def recorded_as(outcome: Outcome, key: str, declared: Mapping[str, Any]) -> tupl
     except Exception:
         log.exception("internal error: key=%r, its outcome cannot be recorded", key)
         return internal_error(), recorded(internal_error())
+
+
+def acknowledged(outcome: Outcome, key: str) -> Outcome:
+    """A result of a claimed keyed call, its _meta saying which key was honoured (beside any _meta of the
+    tool's); recorded so, every replay carries it as the first answer did. An error is left as it is."""
+    if isinstance(outcome, MCPError):
+        return outcome
+    return {**outcome, "_meta": {**outcome.get("_meta", {}), rules.ACKNOWLEDGEMENT: rules.acknowledgement(key)}}
 
 
 def as_recorded_then(kept: dict[str, Any]) -> dict[str, Any]:
@@ -156,15 +148,6 @@ def expressible(result: Mapping[str, Any], revision: str) -> bool:
     """P20: has this revision a shape for the recorded result? A result of an extension's type (a task) has none
     before 2026-07-28."""
     return revision in MODERN_PROTOCOL_VERSIONS or result.get("resultType") in (None, "complete")
-
-
-class AsksAgain(Exception):
-    """P6', P25: an outcome that asks the client to send the request again; kept, it would answer that
-    request for the whole window, so it is never recorded and the claim is given back."""
-
-    def __init__(self, outcome: Outcome):
-        super().__init__("the outcome asks for the request again")
-        self.outcome = outcome
 
 
 def asks_again(outcome: Outcome) -> bool:
@@ -186,6 +169,14 @@ async def outcome_of(ctx: Context, call_next: CallNext, key: str) -> Outcome:
         return internal_error()
 
 
+def checked_deadlines(deadlines: Mapping[str, float]) -> dict[str, float]:
+    """Each tool's own deadline, in seconds, finite and above zero; any other is refused at construction."""
+    for tool, seconds in deadlines.items():
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
+            raise ValueError(f"deadlines[{tool!r}]={seconds!r}: a deadline must be a finite number above zero")
+    return dict(deadlines)
+
+
 # ----------------------------------------------------------------------------
 # The layer
 # ----------------------------------------------------------------------------
@@ -195,9 +186,10 @@ class Idempotency(Extension):
     """SEP-3182 for one MCPServer: `extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan`.
 
     Everything it needs is passed in: the store's URL (memory, sqlite:PATH or
-    postgresql://...), its limits (retention P8, lease P18, bound P9, key length P2), how
-    to find the principal of a request (K2), where the key and the capability are (P26), and
-    the tools' own tables (schema statements the store runs as it opens: open_store).
+    postgresql://...), its limits (retention P8, lease P18, bound P9, key length P2, the
+    deadline of a keyed run), how to find the principal of a request (K2), where the key and
+    the capability are (P26), the tools' own tables (schema statements the store runs as it
+    opens: open_store), and the tools whose keyed runs have a deadline of their own.
     """
 
     identifier = rules.EXTENSION_ID  # advertised under capabilities.extensions only with the key in _meta
@@ -210,13 +202,15 @@ class Idempotency(Extension):
         principal: Callable[[], Principal] = one_tenant,
         placement: Placement = rules.DEFAULT_PLACEMENT,
         tables: Sequence[str] = (),
+        deadlines: Mapping[str, float] = {},
     ):
         self.store_url, self.limits, self.principal = checked_url(store), limits, principal  # a bad URL fails here
+        self.deadlines = checked_deadlines(deadlines)  # a tool's own deadline, in place of limits.deadline
         self.tables = tuple(tables)  # the tools' own schema statements, made as the store opens (open_store)
         self.placement = placement  # P26: it decides only where the key is read and the capability written
         self._store: Store | None = None
         self.key_arguments: dict[str, str] = {}  # P26, argument placement: each marked tool's key property
-        self._running: dict[tuple[str, str], str] = {}  # P18': (store key, owner) -> key, of every claim run here
+        self._runs: Runs | None = None  # every keyed run, while the server runs
         self.applied = False  # by an MCPServer, given extensions=[keys]
         self.shared_key_space_told = False  # said once: over HTTP without authorisation, one key space
 
@@ -234,16 +228,21 @@ class Idempotency(Extension):
             log.error("%s", refusal)
             raise RuntimeError(refusal)
         # P26: which tools take a key, and in which argument, read from the tool list once, as the server starts.
-        tools = await server.list_tools() if self.placement is Placement.ARGUMENT else []
+        tools = await server.list_tools() if self.placement is Placement.ARGUMENT or self.deadlines else []
         self.key_arguments = {tool.name: name for tool in tools if (name := rules.marked_argument(tool.input_schema))}
-        async with open_store(self.store_url, self.limits, self.tables) as store, anyio.create_task_group() as renewals:
-            self._store = store
-            renewals.start_soon(self.keep_alive)
-            try:
+        unknown = sorted(set(self.deadlines) - {tool.name for tool in tools})
+        if unknown:  # a typo would leave that tool on the server's deadline, unnoticed
+            refusal = f"deadlines= names no tool of this server: {', '.join(unknown)}; name the tools as listed"
+            log.error("%s", refusal)
+            raise RuntimeError(refusal)
+        # The runs end before the store closes under them, and a run may use the store until it ends.
+        opened = open_store(self.store_url, self.limits, self.tables)
+        try:
+            async with opened as store, runs_kept(self.limits.lease) as runs:
+                self._store, self._runs = store, runs
                 yield self
-            finally:
-                renewals.cancel_scope.cancel()  # before the store closes under them
-                self._store = None
+        finally:
+            self._store, self._runs = None, None
 
     @property
     def store(self) -> Store:
@@ -251,6 +250,13 @@ class Idempotency(Extension):
         if self._store is None:
             raise RuntimeError(NOT_OPEN)
         return self._store
+
+    @property
+    def runs(self) -> Runs:
+        """The keyed runs under way; only while the server runs."""
+        if self._runs is None:
+            raise RuntimeError(NOT_OPEN)
+        return self._runs
 
     def transaction(self) -> UnitOfWork:
         """P17: a tool's unit of work in the store; under a keyed call it joins the layer's, as a savepoint."""
@@ -296,10 +302,9 @@ class Idempotency(Extension):
         return result
 
     def capability(self) -> dict[str, Any]:
-        """P11': the longest key taken and the window, in whole seconds."""
-        return rules.capability(
-            self.limits.max_key_length, self.limits.retention, rules.DEADLINE_SECONDS, self.limits.lease
-        )
+        """P11': the longest key taken, the window, the longest deadline of any tool and the lease, in seconds."""
+        deadline = max([self.limits.deadline, *self.deadlines.values()])
+        return rules.capability(self.limits.max_key_length, self.limits.retention, deadline, self.limits.lease)
 
     def settings(self) -> dict[str, Any]:
         """SEP-2133: what the SDK advertises under capabilities.extensions (on 2026-07-28), asked as it applies us."""
@@ -328,7 +333,12 @@ class Idempotency(Extension):
             log.warning("store unavailable: key=%r not claimed (%s)", key, error)
             raise rejection(STORE_UNAVAILABLE, key) from None
         if isinstance(claim, Won):
-            return await self.run_once(ctx, call_next, key, store_key, fingerprint, claim.owner)
+            log.debug("claimed: key=%r tool=%s", key, params.name)
+            run = self.keyed_run(key, store_key, fingerprint, claim.owner, params.name)
+            outcome = await self.run_once(run, lambda: self.run_and_record(ctx, call_next, key, store_key, fingerprint))
+            if isinstance(outcome, MCPError):
+                raise outcome
+            return outcome
         if isinstance(claim, Full):  # P9, P9': refuse rather than run without the guarantee
             log.debug("store full: key=%r", key)
             raise rejection(STORE_FULL, key)
@@ -392,79 +402,14 @@ class Idempotency(Extension):
 
     # -- P4.1: the key is ours: run the tool once, and record what it produced --
 
-    async def run_once(
-        self, ctx: Context, call_next: CallNext, key: str, store_key: str, fingerprint: bytes, owner: str
-    ) -> dict[str, Any]:
-        """P4.1, P6', P7, P17, P18, P23: run the tool to completion and record its outcome with its side effect."""
-        log.debug("claimed: key=%r tool=%s", key, (ctx.params or {}).get("name"))
-        with self.run_scope(), self.lease_kept(key, store_key, owner):
-            try:
-                outcome, recorded_now = await self.run_and_record(ctx, call_next, key, store_key, fingerprint)
-            except AsksAgain as asked:  # P6', P25: sent as it is, not recorded: the next leg claims the key
-                await self.give_back(key, store_key, owner)
-                log.debug("released: key=%r, the client is asked to send it again", key)
-                if isinstance(asked.outcome, MCPError):
-                    raise asked.outcome from None
-                return asked.outcome
-            except StoreUnavailable as error:  # P23: nothing recorded; the client retries
-                await self.give_back(key, store_key, owner)
-                log.warning("store unavailable: key=%r, nothing recorded (%s)", key, error)
-                raise rejection(STORE_UNAVAILABLE, key) from None
-            except BaseException:
-                # P6': nothing leaves the key claimed: what failed here was not
-                # recorded, so a retry runs the tool as if this call never came.
-                await self.give_back(key, store_key, owner)
-                log.exception("released: key=%r, its outcome could not be recorded", key)
-                raise internal_error() from None
-        if not recorded_now:
-            # P18': this instance stopped renewing (frozen, cut off from the store), a retry took
-            # the key over and completed first, so our charge was rolled back; this caller
-            # is told to come back for the outcome.
-            log.debug("lease lost: key=%r, its charge rolled back", key)
-            raise rejection(IN_PROGRESS, key)
-        log.debug("recorded: key=%r", key)
-        await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel that came meanwhile, now the outcome is safe
-        if isinstance(outcome, MCPError):
-            raise outcome
-        return outcome
+    def keyed_run(self, key: str, store_key: str, fingerprint: bytes, owner: str, tool: str) -> KeyedRun:
+        """The life cycle of one claimed call: its lease kept while its tool runs, until the tool's deadline."""
+        return KeyedRun(self.store, key, store_key, fingerprint, owner, self.deadlines.get(tool, self.limits.deadline))
 
-    def run_scope(self) -> anyio.CancelScope:
-        """P7: the scope a keyed run runs in: shielded, so that it runs to completion and is recorded."""
-        # A cancel (the 2.x client sends one on a stdio timeout), a closed SSE response
-        # stream (2026-07-28 makes that a cancel) or a vanished client must not stop a
-        # keyed execution half way: its retry would find the key released, or held.
-        return anyio.CancelScope(shield=True)
-
-    @contextmanager
-    def lease_kept(self, key: str, store_key: str, owner: str) -> Iterator[None]:
-        """P18': while the tool runs, its claim is one of those `keep_alive` renews, and no longer once it ends."""
-        # An entry, not a task per call: nearly every call ends before the first renewal is due.
-        self._running[store_key, owner] = key
-        try:
-            yield
-        finally:
-            self._running.pop((store_key, owner), None)
-
-    async def keep_alive(self) -> None:
-        """P18': every quarter lease, renew the claim of every call this instance is running."""
-        # A live run is never taken over, however long its tool runs: only a holder that stopped
-        # renewing (killed, frozen, cut off from the store) loses its key, once a whole lease has
-        # passed. Each renewal is a task started on the beat, so one that waits its longest (a third
-        # of the lease, Limits.wait) and fails delays neither the others nor the next beat's.
-        async with anyio.create_task_group() as renewals:
-            while True:
-                await anyio.sleep(self.limits.lease / 4)
-                for (store_key, owner), key in list(self._running.items()):
-                    renewals.start_soon(self.renew, key, store_key, owner)
-
-    async def renew(self, key: str, store_key: str, owner: str) -> None:
-        """P18': one claim's lease renewed; a claim no longer ours (completed, taken over, forgotten) is let go."""
-        try:
-            if not await self.store.renew(store_key, owner):
-                log.debug("renewals end: key=%r is no longer held by this claim", key)
-                self._running.pop((store_key, owner), None)
-        except StoreUnavailable as error:
-            log.warning("lease not renewed: key=%r (%s)", key, error)
+    async def run_once(self, run: KeyedRun, work: Work) -> Outcome:
+        """P7: a keyed run runs in the server's own task group, to completion or its deadline, whatever befalls
+        its caller: a cancel, a closed response stream or a vanished client never stops it half way."""
+        return await self.runs.outcome(run, work)
 
     def never_kept(self, outcome: Outcome) -> bool:
         """P6', P25: is this an outcome that asks for the request again (-32042, input required), never recorded?"""
@@ -487,16 +432,9 @@ class Idempotency(Extension):
                 # result): that is no outcome of the tool's, and nothing is recorded.
                 raise StoreUnavailable("the unit of work failed") from tx.failure
             if self.never_kept(outcome):
-                raise AsksAgain(outcome)  # rolls the unit of work back; run_once gives the key back
-            outcome, text = recorded_as(outcome, key, rules.declared(ctx.params or {}))
+                raise AsksAgain(outcome)  # rolls the unit of work back; the keyed run gives the key back
+            outcome, text = recorded_as(acknowledged(outcome, key), key, rules.declared(ctx.params or {}))
             # P18: sent with the commit, which happens once, as the unit of work ends: the
             # first completion of the key wins; a later one rolls back with everything it did.
             tx.complete(store_key, fingerprint, text)
         return outcome, tx.completed
-
-    async def give_back(self, key: str, store_key: str, owner: str) -> None:
-        """P6', P23: release the claim; if the store cannot even do that, its lease frees the key."""
-        try:
-            await self.store.release(store_key, owner)
-        except StoreUnavailable as error:
-            log.warning("not released: key=%r is left to its lease (%s)", key, error)

@@ -3,17 +3,17 @@ cancels, or closes its SSE response stream mid-call (2026-07-28 makes that a can
 Its retry, sent at once, is not told the call is in progress: it finds the key given back and runs anew, or held
 until its lease ends, with no outcome to replay."""
 
-import anyio
-
-from mcp_idempotency.layer import Idempotency
+from mcp_idempotency.keyed_run import KeyedRun, Work
+from mcp_idempotency.layer import Idempotency, Outcome
 from mcp_idempotency_demo import ledger_server
 
 
 class StopsItsRunWhenTheStreamCloses(Idempotency):
-    """The layer, running each keyed call in a scope that any cancel reaches."""
+    """The layer, running each keyed call in its caller's own task, which any cancel reaches (its lease
+    renewed as any run's)."""
 
-    def run_scope(self) -> anyio.CancelScope:
-        return anyio.CancelScope()
+    async def run_once(self, run: KeyedRun, work: Work) -> Outcome:
+        return await self.runs.run(run, work)
 
 
 ledger_server.main(StopsItsRunWhenTheStreamCloses)

@@ -53,6 +53,7 @@ count of its own to keep in step, and a record that expires frees its place at o
 
 import contextvars
 import itertools
+import math
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
@@ -63,7 +64,7 @@ from typing import Any, NamedTuple
 
 import anyio
 
-from ..rules import MAX_KEY_LENGTH, MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, RETENTION_SECONDS
+from ..rules import DEADLINE_SECONDS, MAX_KEY_LENGTH, MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, RETENTION_SECONDS
 
 __all__ = [
     "Full",
@@ -129,23 +130,25 @@ LEASE_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class Limits:
-    """The windows and the bounds every store enforces (P8, P9, P9', P18), and the longest key the layer
-    takes (P2), which it advertises beside the window (P11')."""
+    """The windows and the bounds every store enforces (P8, P9, P9', P18), the longest key the layer
+    takes (P2), which it advertises beside the window (P11'), and how long a keyed run may take."""
 
     retention: float = RETENTION_SECONDS  # seconds a completed record is replayed
     lease: float = LEASE_SECONDS  # seconds a holder that stopped renewing keeps its claim from a takeover (P18')
     max_records: int = MAX_RECORDS  # live records at most, running or completed
     max_records_per_principal: int = MAX_RECORDS_PER_PRINCIPAL  # P9': one principal's records whose deadline is ahead
     max_key_length: int = MAX_KEY_LENGTH  # P2: characters in a key at most; the store holds whatever it is given
+    deadline: float = DEADLINE_SECONDS  # seconds a keyed run may take before it is stopped, unless its tool has its own
 
     def __post_init__(self) -> None:
-        """Refuse, at construction, a limit that would void a guarantee: each must be above zero."""
+        """Refuse, at construction, a limit that would void a guarantee: each must be finite and above zero."""
         # A window of 0 replays nothing, a lease of 0 lets every retry take a running call
         # over, a bound of 0 refuses every keyed call: none is a configuration, all are typos.
-        for name in ("retention", "lease", "max_records", "max_records_per_principal", "max_key_length"):
+        # An infinite one is no bound: a hung tool would hold its key for ever.
+        for name in ("retention", "lease", "max_records", "max_records_per_principal", "max_key_length", "deadline"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"Limits({name}={value!r}): {name} must be a number above zero")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+                raise ValueError(f"Limits({name}={value!r}): {name} must be a finite number above zero")
 
     @property
     def wait(self) -> float:
