@@ -293,6 +293,13 @@ function pythonRepr(text: string): string {
 type Response = JSONRPCResultResponse | JSONRPCErrorResponse;
 type Outcome = Omit<JSONRPCResultResponse, "jsonrpc" | "id"> | Omit<JSONRPCErrorResponse, "jsonrpc" | "id">;
 
+/** P33: in the extension's placement, a result names the key it honoured in its _meta; an error is left as it is. */
+function acknowledged(message: Response, key: string): Response {
+  if (settings.placement !== "meta" || !("result" in message)) return message;
+  const meta = { ...message.result._meta, [EXTENSION_ID]: { idempotencyKey: key } };
+  return { ...message, result: { ...message.result, _meta: meta } };
+}
+
 /** Would the SDK accept these tools/call params? If not, it answers them itself and nothing runs. */
 function wellFormed(params: unknown): params is CallParams {
   const isObject = (value: unknown): value is Record<string, unknown> =>
@@ -327,8 +334,9 @@ class Idempotent<Inner extends Transport> implements Transport {
 
   async send(message: JSONRPCMessage, options?: TransportSendOptions): Promise<void> {
     if (("result" in message || "error" in message) && message.id !== undefined) {
-      if (this.running.has(message.id)) this.record(message.id, message);
-      if (this.cancelled.delete(message.id)) return; // P7: the outcome is kept; nobody waits for it
+      const id = message.id;
+      if (this.running.has(id)) message = this.record(id, message);
+      if (this.cancelled.delete(id)) return; // P7: the outcome is kept; nobody waits for it
     }
     await this.inner.send(message, options);
   }
@@ -410,14 +418,17 @@ class Idempotent<Inner extends Transport> implements Transport {
     return this.onmessage?.(message, extra);
   }
 
-  /** P6: whatever the SDK answered for a claimed key, a result (isError included) or a JSON-RPC error. */
-  record(id: RequestId, message: Response): void {
+  /** P6, P33: whatever the SDK answered for a claimed key, a result (isError included) or a JSON-RPC error,
+   *  recorded and sent with the extension's acknowledgement in a result's _meta, so every replay carries it too. */
+  record(id: RequestId, sent: Response): Response {
     const key = this.running.get(id)!; // `running` holds only claimed keys, each with its record
     this.running.delete(id);
+    const message = acknowledged(sent, key);
     const { jsonrpc: _, id: __, ...outcome } = message; // the same members in the same order, under any id
     Object.assign(records.get(key)!, { outcome: JSON.stringify(outcome), expiresAt: Date.now() / 1000 + settings.retention });
     log(`recorded: key=${pythonRepr(key)}`);
     if (this.running.size === 0) this.settle();
+    return message;
   }
 
   /** P5: answer a rejection here; the SDK never sees the call and nothing is recorded (P6). */
