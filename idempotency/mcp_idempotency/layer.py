@@ -55,7 +55,19 @@ from pydantic_core import from_json, to_json
 from . import rules
 from .probe import why_the_key_is_hidden
 from .rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE, Placement
-from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won, checked_url, open_store
+from .stores import (
+    Full,
+    Held,
+    Limits,
+    Misconfigured,
+    Store,
+    StoreUnavailable,
+    UnitOfWork,
+    Won,
+    checked_url,
+    open_store,
+    shown,
+)
 
 __all__ = ["Idempotency", "Outcome", "Principal", "as_mapping", "one_tenant", "rejection", "token_principal"]
 
@@ -236,7 +248,7 @@ class Idempotency(Extension):
         # P26: which tools take a key, and in which argument, read from the tool list once, as the server starts.
         tools = await server.list_tools() if self.placement is Placement.ARGUMENT else []
         self.key_arguments = {tool.name: name for tool in tools if (name := rules.marked_argument(tool.input_schema))}
-        async with open_store(self.store_url, self.limits, self.tables) as store, anyio.create_task_group() as renewals:
+        async with self.opened_store() as store, anyio.create_task_group() as renewals:
             self._store = store
             renewals.start_soon(self.keep_alive)
             try:
@@ -244,6 +256,16 @@ class Idempotency(Extension):
             finally:
                 renewals.cancel_scope.cancel()  # before the store closes under them
                 self._store = None
+
+    @asynccontextmanager
+    async def opened_store(self) -> AsyncIterator[Store]:
+        """The store, open while the server runs; one that cannot open as configured is logged first, in one line."""
+        try:
+            async with open_store(self.store_url, self.limits, self.tables) as store:
+                yield store
+        except Misconfigured as refusal:
+            log.error("cannot open the store %s: %s", shown(self.store_url), refusal)
+            raise
 
     @property
     def store(self) -> Store:
