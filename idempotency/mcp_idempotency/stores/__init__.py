@@ -40,7 +40,9 @@ mcp_idempotency_demo/ledger.py is such a tool.
 
 A store that fails (busy, locked, full, an I/O error, a lost connection) raises
 StoreUnavailable, and a unit of work that met one says so in `failure`: the dispatch
-layer then records nothing, gives the key back and tells the client to retry (P23).
+layer then records nothing, gives the key back and tells the client to retry. An error
+of the tool's own statement (its SQL, its data) is the tool's: it propagates as it is.
+The unit of work's policy is unit_of_work.py's, the same on every store.
 
 Every record is running (its deadline is the lease's end, moved on by each renewal,
 P18') or completed (its
