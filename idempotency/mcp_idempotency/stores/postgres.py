@@ -340,7 +340,8 @@ class PostgresTransaction(Transaction):
         super().__init__()
         self.store = store
         self.db: Any = None  # the pooled asyncpg connection, from the first statement to COMMIT or ROLLBACK
-        self.last = time.monotonic()  # when its last statement ended: how long it has sat idle in its transaction
+        self.last = time.monotonic()  # when its last statement ended
+        self.idle = 0.0  # how long it had sat idle in its transaction when its latest statement was sent
         self.using = anyio.Lock()  # one statement at a time on its connection: the tool's, or a keep_awake
 
     async def send(self, begin: bool, savepoints: list[str], statement: Callable[[Any], Any]) -> Any:
@@ -350,6 +351,7 @@ class PostgresTransaction(Transaction):
             self.begun = True  # the connection is this unit of work's until it ends
             self.store.open_units.add(self)
         async with self.using:
+            self.idle = time.monotonic() - self.last
             try:
                 if opening or savepoints:  # one trip: BEGIN, at the level pinned here, and the savepoints asked for
                     await self.db.execute("; ".join([*opening, *(f"SAVEPOINT {name}" for name in savepoints)]))
@@ -415,7 +417,7 @@ class PostgresTransaction(Transaction):
     def store_failure(self, error: Exception) -> StoreUnavailable | None:
         if not is_store_failure(error):
             return None
-        idle = time.monotonic() - self.last
-        if isinstance(error, asyncpg.IdleInTransactionSessionTimeoutError) or idle >= idle_timeout(self.store.limits):
-            return StoreUnavailable(SAT_IDLE.format(seconds=idle_timeout(self.store.limits), error=error))
+        longest = idle_timeout(self.store.limits)
+        if isinstance(error, asyncpg.IdleInTransactionSessionTimeoutError) or self.idle >= longest:
+            return StoreUnavailable(SAT_IDLE.format(seconds=longest, error=error))
         return failed(error)
