@@ -507,7 +507,7 @@ class Idempotency(Extension):
             if tx.failure is not None:
                 # P23: the store failed under the tool (the SDK made that an isError
                 # result): that is no outcome of the tool's, and nothing is recorded.
-                raise StoreUnavailable("the unit of work failed") from tx.failure
+                raise StoreUnavailable(f"the unit of work failed: {tx.failure}") from tx.failure
             if self.never_kept(outcome):
                 raise AsksAgain(outcome)  # rolls the unit of work back; run_once gives the key back
             outcome, text = recorded_as(outcome, key, rules.declared(ctx.params or {}))

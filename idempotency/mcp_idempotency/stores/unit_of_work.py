@@ -68,7 +68,7 @@ class Transaction(ABC):
 
     def __init__(self) -> None:
         self.owner = this_task()
-        self.failure: Exception | None = None  # the store failure this unit of work met, if any
+        self.failure: StoreUnavailable | None = None  # the store failure this unit of work met, named, if any
         self.savepoints: list[str] = []  # open savepoints, innermost last
         self.unsent = 0  # how many of the innermost savepoints have not yet begun
         self.names = itertools.count(1)
@@ -133,7 +133,7 @@ class Transaction(ABC):
             why = "has ended" if self.ended else "belongs to the task that opened it"
             raise UnitOfWorkMisused(f"this unit of work {why}: open one here, `async with keys.transaction() as tx`")
         if self.failure is not None:
-            raise self.as_store_failure(self.failure)
+            raise self.failure
         begin, savepoints = not self.begun, self.pending()
         return await self.guarded(self.send(begin, savepoints, statement))
 
@@ -149,12 +149,8 @@ class Transaction(ABC):
             failure = self.store_failure(error)
             if failure is None:
                 raise
-            self.failure = self.failure or error
+            self.failure = self.failure or failure
             raise failure from error
-
-    def as_store_failure(self, error: Exception) -> StoreUnavailable:
-        """The latched failure, raised again."""
-        return error if isinstance(error, StoreUnavailable) else self.store_failure(error) or StoreUnavailable(error)
 
     def savepoint(self) -> str:
         """Open a nested unit of work; it begins with the next statement."""
@@ -185,7 +181,7 @@ class Transaction(ABC):
             if self.begun:
                 await self.guarded(self.abandon())
             if succeeded and self.failure is not None:  # a unit of work that failed part way commits nothing
-                raise self.as_store_failure(self.failure)
+                raise self.failure
             return
         if self.begun or self.completion is not None:
             self.completed = await self.guarded(self.finish(self.completion))
