@@ -102,3 +102,33 @@ async def test_postgresql_ending_a_unit_of_work_left_idle_names_it_and_the_fix(p
         assert line.endswith("do slow work (a payment, a mail) before the unit of work's first statement")
         async with store.transaction() as tx:
             assert await tx.fetchall("SELECT text FROM notes") == []
+
+
+async def test_a_claim_for_another_key_waits_for_the_open_unit_of_work_only_never_for_those_queued_behind_it(tmp_path):
+    """SQLite, one writer: a claim that cannot write on the loop waits aside for the file, ahead of this process's
+    units of work queued for the writer, so it is answered as soon as the open one lets go (not after all three)."""
+    async with open_store(f"sqlite:{tmp_path / 'store.db'}", Limits(lease=30), tables=[NOTES]) as store:
+        order: list[str] = []
+        holding, release = anyio.Event(), anyio.Event()
+
+        async def unit_of_work(n: int) -> None:
+            async with store.transaction() as tx:
+                await tx.execute("INSERT INTO notes VALUES ($1)", f"unit {n}")
+                holding.set()
+                await release.wait()
+            order.append(f"unit {n}")
+
+        async def claim() -> None:
+            order.append(type(await store.claim("an e-mail", b"request", '["alice"]')).__name__)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(unit_of_work, 0)
+            await holding.wait()
+            tasks.start_soon(unit_of_work, 1)
+            tasks.start_soon(unit_of_work, 2)
+            await anyio.sleep(0.1)  # both queued for the writer
+            tasks.start_soon(claim)
+            await anyio.sleep(0.3)  # the claim waits aside for the file
+            assert order == []
+            release.set()
+        assert order[:2] == ["unit 0", "Won"] and sorted(order[2:]) == ["unit 1", "unit 2"], order

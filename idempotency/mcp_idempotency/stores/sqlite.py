@@ -121,7 +121,7 @@ WHERE key = :key AND status = 'running' AND fingerprint = :fingerprint
 
 # Said when this process's one writer stays taken past the wait: by another unit of work.
 WRITER_TAKEN = (
-    "SQLite: another unit of work of this process holds the file's one writer; "
+    "SQLite: the file's one writer stayed taken past the store's wait, by another unit of work; "
     "a tool should do slow work before its unit of work's first statement"
 )
 ROLLED_BACK = "SQLite: it rolled this unit of work back itself (a full disk, an I/O error)"
@@ -235,12 +235,18 @@ class SQLiteStore(Store):
         # behind one; a renewal lost to a crash needs no sync, the holder died with it.
         self.renewer = connect(path, limits.wait, synchronous="NORMAL")
         self.renewing = anyio.Lock()
+        # So have the store's own writes that could not be made on the loop (a claim while
+        # another writer had the file, a release, a forget): they wait for the file alone, a
+        # wait at most, never queued behind this process's units of work for the writer.
+        self.aside = connect(path, limits.wait, synchronous="FULL")
+        self.asiding = anyio.Lock()
         self.holding: SQLiteTransaction | None = None  # the unit of work holding the writer, once begun
 
     async def close(self) -> None:
         self.on_loop.close()
         self.writer.close()
         self.renewer.close()
+        self.aside.close()
 
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         try:
@@ -252,8 +258,8 @@ class SQLiteStore(Store):
                     # A takeover waits for no writer: while one holds the file, the holder's own
                     # renewal may be waiting behind it too, so the key is answered in progress.
                     return running
-                async with self.writer_turn():
-                    return await anyio.to_thread.run_sync(self.claim_on, self.writer, key, fingerprint, principal)
+                async with self.aside_turn():
+                    return await anyio.to_thread.run_sync(self.claim_on, self.aside, key, fingerprint, principal)
         except sqlite3.Error as error:  # any other, a malformed file included, is the store failing
             raise failed(error) from error
 
@@ -267,13 +273,13 @@ class SQLiteStore(Store):
         await take(self.turn, self.limits.wait, WRITER_TAKEN)
 
     @asynccontextmanager
-    async def writer_turn(self) -> AsyncIterator[None]:
-        """This process's one writer connection, for one statement of the store's own."""
-        await self.take_writer()
+    async def aside_turn(self) -> AsyncIterator[None]:
+        """The connection for the store's own writes made aside, for one of them."""
+        await take(self.asiding, self.limits.wait, WRITER_TAKEN)
         try:
             yield
         finally:
-            self.turn.release()
+            self.asiding.release()
 
     def claim_on(self, db: sqlite3.Connection, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         """P4, P8, P9, P16, P18: a read; then, if the key may be taken, one write transaction."""
@@ -355,8 +361,8 @@ class SQLiteStore(Store):
                 raise
 
         try:
-            async with self.writer_turn():
-                return await anyio.to_thread.run_sync(delete, self.writer)
+            async with self.aside_turn():
+                return await anyio.to_thread.run_sync(delete, self.aside)
         except sqlite3.Error as error:
             raise failed(error) from error
 
@@ -378,6 +384,14 @@ class SQLiteTransaction(SQLiteStatements):
     async def send(self, begin: bool, savepoints: list[str], statement: Callable[[Any], Any]) -> Any:
         if begin:
             await self.store.take_writer()
+            try:
+                # The store's own writes waiting aside (a claim for another key, a release) go first:
+                # each is one short statement, where a unit of work may hold the file for its tool's run.
+                async with self.store.aside_turn():
+                    pass
+            except BaseException:
+                self.store.turn.release()
+                raise
 
         def inside(db: sqlite3.Connection) -> Any:
             if begin:
