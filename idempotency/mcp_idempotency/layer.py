@@ -52,22 +52,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 from pydantic_core import from_json, to_json
 
-from . import rules
+from . import rules, stores
 from .probe import why_the_key_is_hidden
 from .rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE, Placement
-from .stores import (
-    Full,
-    Held,
-    Limits,
-    Misconfigured,
-    Store,
-    StoreUnavailable,
-    UnitOfWork,
-    Won,
-    checked_url,
-    open_store,
-    shown,
-)
+from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won, checked_url, open_store
 
 __all__ = ["Idempotency", "Outcome", "Principal", "as_mapping", "one_tenant", "rejection", "token_principal"]
 
@@ -263,8 +251,8 @@ class Idempotency(Extension):
         try:
             async with open_store(self.store_url, self.limits, self.tables) as store:
                 yield store
-        except Misconfigured as refusal:
-            log.error("cannot open the store %s: %s", shown(self.store_url), refusal)
+        except stores.Misconfigured as refusal:
+            log.error("cannot open the store %s: %s", stores.shown(self.store_url), refusal)
             raise
 
     @property
