@@ -52,7 +52,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 from pydantic_core import from_json
 
-from . import rules
+from . import rules, stores
 from .keyed_run import KeyedRun, Runs, Work, runs_kept
 from .outcomes import AsksAgain, Outcome, internal_error, recorded, rejection
 from .probe import why_the_key_is_hidden
@@ -236,13 +236,22 @@ class Idempotency(Extension):
             log.error("%s", refusal)
             raise RuntimeError(refusal)
         # The runs end before the store closes under them, and a run may use the store until it ends.
-        opened = open_store(self.store_url, self.limits, self.tables)
         try:
-            async with opened as store, runs_kept(self.limits.lease) as runs:
+            async with self.opened_store() as store, runs_kept(self.limits.lease) as runs:
                 self._store, self._runs = store, runs
                 yield self
         finally:
             self._store, self._runs = None, None
+
+    @asynccontextmanager
+    async def opened_store(self) -> AsyncIterator[Store]:
+        """The store, open while the server runs; one that cannot open as configured is logged first, in one line."""
+        try:
+            async with open_store(self.store_url, self.limits, self.tables) as store:
+                yield store
+        except stores.Misconfigured as refusal:
+            log.error("cannot open the store %s: %s", stores.shown(self.store_url), refusal)
+            raise
 
     @property
     def store(self) -> Store:
@@ -430,7 +439,7 @@ class Idempotency(Extension):
             if tx.failure is not None:
                 # P23: the store failed under the tool (the SDK made that an isError
                 # result): that is no outcome of the tool's, and nothing is recorded.
-                raise StoreUnavailable("the unit of work failed") from tx.failure
+                raise StoreUnavailable(f"the unit of work failed: {tx.failure}") from tx.failure
             if self.never_kept(outcome):
                 raise AsksAgain(outcome)  # rolls the unit of work back; the keyed run gives the key back
             outcome, text = recorded_as(acknowledged(outcome, key), key, rules.declared(ctx.params or {}))

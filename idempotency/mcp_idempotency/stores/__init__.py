@@ -40,7 +40,9 @@ mcp_idempotency_demo/ledger.py is such a tool.
 
 A store that fails (busy, locked, full, an I/O error, a lost connection) raises
 StoreUnavailable, and a unit of work that met one says so in `failure`: the dispatch
-layer then records nothing, gives the key back and tells the client to retry (P23).
+layer then records nothing, gives the key back and tells the client to retry. An error
+of the tool's own statement (its SQL, its data) is the tool's: it propagates as it is.
+The unit of work's policy is unit_of_work.py's, the same on every store.
 
 Every record is running (its deadline is the lease's end, moved on by each renewal,
 P18') or completed (its
@@ -51,7 +53,6 @@ records whose deadline has not passed, through an index on (principal, deadline)
 count of its own to keep in step, and a record that expires frees its place at once.
 """
 
-import contextvars
 import itertools
 import math
 import uuid
@@ -59,26 +60,31 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, NamedTuple
+from typing import NamedTuple
+from urllib.parse import urlsplit
 
 import anyio
 
 from ..rules import DEADLINE_SECONDS, MAX_KEY_LENGTH, MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, RETENTION_SECONDS
+from .unit_of_work import Completion, Row, StoreUnavailable, Transaction, UnitOfWork, UnitOfWorkMisused
 
 __all__ = [
+    "Completion",
     "Full",
     "Held",
     "Limits",
+    "Misconfigured",
     "OtherSchema",
     "Row",
     "Store",
     "StoreUnavailable",
     "Transaction",
     "UnitOfWork",
+    "UnitOfWorkMisused",
     "Won",
     "checked_url",
     "open_store",
+    "shown",
 ]
 
 # ----------------------------------------------------------------------------
@@ -103,10 +109,6 @@ class Full(NamedTuple):
     """P9, P9': the store, or the principal's share of it, holds all the live records it may: a new key is refused."""
 
 
-class StoreUnavailable(Exception):
-    """P23: the store failed (busy, locked, full, an I/O error, a lost connection): nothing was recorded."""
-
-
 def may_take(status: str, stored_fingerprint: bytes, deadline_passed: bool, fingerprint: bytes) -> bool:
     """P8, P18: may a claim for `fingerprint` take the key from the record that holds it?
 
@@ -126,6 +128,10 @@ LONGEST_WAIT = 10.0
 # P18': how long a holder that stopped renewing (killed, frozen, cut off) keeps its key;
 # a live one renews every quarter of it, however long its tool runs.
 LEASE_SECONDS = 30.0
+# The shortest lease a holder can keep: it renews every quarter lease, and a renewal may wait
+# a third of it for the store; below a second, one slow statement or a busy event loop lets
+# the lease pass before its renewal lands, and a live run is taken over.
+SHORTEST_LEASE = 1.0
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,11 @@ class Limits:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
                 raise ValueError(f"Limits({name}={value!r}): {name} must be a finite number above zero")
+        if self.lease < SHORTEST_LEASE:
+            raise ValueError(
+                f"Limits(lease={self.lease!r}): a lease must be {SHORTEST_LEASE:g} s or more: "
+                "a shorter one passes before its renewal lands"
+            )
 
     @property
     def wait(self) -> float:
@@ -182,8 +193,20 @@ UPGRADABLE = 2
 UPGRADE = "mcp-idempotency-store upgrade"  # stores/command.py
 
 
-class OtherSchema(Exception):
+class Misconfigured(Exception):
+    """The store cannot open as configured; the message, one line, names the fix."""
+
+
+class OtherSchema(Misconfigured):
     """The store holds another schema version than this code reads; the message, one line, says what to do."""
+
+
+def tables_refusal(number: int, error: Exception, again: bool) -> Misconfigured:
+    """The one line for a tool's schema statement that fails as the store opens, or would on the next start."""
+    if again:  # it ran once, and failed run again: the next start would stop on it
+        fix = "let it allow for what it made before (CREATE TABLE IF NOT EXISTS, INSERT ... WHERE NOT EXISTS)"
+        return Misconfigured(f"the tools' table statement {number} would fail on the next start ({error}): {fix}")
+    return Misconfigured(f"the tools' table statement {number} failed ({error}): correct it")
 
 
 def refusal(url: str, found: int, otherwise: str) -> OtherSchema:
@@ -206,99 +229,6 @@ def must_upgrade(url: str, found: int, otherwise: str) -> bool:
     if found not in (UPGRADABLE, SCHEMA_VERSION):
         raise refusal(url, found, otherwise)
     return found == UPGRADABLE
-
-
-# ----------------------------------------------------------------------------
-# A unit of work, and a nested one (a savepoint)
-# ----------------------------------------------------------------------------
-
-Row = tuple[Any, ...]  # a row a tool's query returns, its columns in the query's order
-
-# The unit of work open in this task, if any. The dispatch layer opens one around a
-# keyed tool call; the tool's own `transaction()` then joins it as a savepoint rather
-# than committing on its own, as nested atomic() blocks do in Django. So a tool holds
-# no idempotency code, its write commits, or rolls back, with the record (P17), and a
-# nested block that fails undoes exactly what it did, as it would unkeyed (P17).
-_open_transaction: contextvars.ContextVar["Transaction | None"] = contextvars.ContextVar("open", default=None)
-
-
-class Transaction(ABC):
-    """The statements of one unit of work; each store says how they run, and how a tool's run in it.
-
-    Nothing is sent until the first statement: a tool that waits before it writes
-    (a slow payment processor) holds no lock meanwhile. Savepoints asked for before
-    then begin with that statement (on SQL stores, sent in the same trip: P17 at no
-    extra round trip).
-    """
-
-    def __init__(self) -> None:
-        self.failure: Exception | None = None  # P23: the store failure this unit of work met, if any
-        self.savepoints: list[str] = []  # open savepoints, innermost last
-        self.unsent = 0  # how many of the innermost savepoints have not yet begun
-        self.count = itertools.count(1)
-        self.completion: tuple[str, bytes, str] | None = None  # P17: the record to complete with the commit
-        self.completed = False  # the commit completed it: this unit of work's execution is the one recorded
-        self.ending = False  # its owner is committing or rolling it back: nothing may join it any more
-
-    def savepoint(self) -> str:
-        """P17: open a nested unit of work; it begins with the next statement."""
-        name = f"nested_{next(self.count)}"
-        self.savepoints.append(name)
-        self.unsent += 1
-        return name
-
-    def pending(self) -> list[str]:
-        """The names of the savepoints to begin before the next statement, now counted as begun."""
-        names = self.savepoints[len(self.savepoints) - self.unsent :]
-        self.unsent = 0
-        return names
-
-    async def end_savepoint(self, name: str, failed: bool) -> None:
-        """P17: close a nested unit of work: kept, or rolled back to where it began."""
-        self.savepoints.remove(name)
-        if self.unsent:  # never begun: nothing ran inside it, nothing to undo
-            self.unsent -= 1
-        elif failed and self.failure is None:
-            await self.rollback_to(name)
-        # A kept savepoint is not released: COMMIT releases it, with no trip of its own.
-
-    @abstractmethod
-    async def rollback_to(self, name: str) -> None:
-        """Undo what ran since savepoint `name`; the unit of work goes on."""
-
-    # -- a tool's own statements: one SQL text, $1, $2... for its arguments, on every store --
-
-    @abstractmethod
-    async def execute(self, sql: str, *args: object) -> int:
-        """Run one statement in this unit of work; how many rows an INSERT, UPDATE or DELETE changed (else 0)."""
-
-    @abstractmethod
-    async def fetchall(self, sql: str, *args: object) -> list[Row]:
-        """Run one query in this unit of work; its rows, as tuples."""
-
-    async def fetchone(self, sql: str, *args: object) -> Row | None:
-        """Run one query in this unit of work; its first row, as a tuple, or None."""
-        rows = await self.fetchall(sql, *args)
-        return rows[0] if rows else None
-
-    @abstractmethod
-    async def lock(self, name: str) -> None:
-        """Hold the lock `name` until this unit of work ends: another unit of work asking for it waits meanwhile."""
-
-    def complete(self, key: str, fingerprint: bytes, outcome: str) -> None:
-        """P17, P18: record the outcome (opening its window, P8) with the commit, if the key is
-        still running for this request: the first completion wins. Else the commit becomes a
-        rollback of every statement of this unit of work; `completed` then says False."""
-        self.completion = (key, fingerprint, outcome)
-
-    @abstractmethod
-    async def commit(self) -> None:
-        """Make every statement of this unit of work durable, together, with its completion if any.
-        Called by UnitOfWork's exit only, once; so is `rollback`."""
-
-    @abstractmethod
-    async def rollback(self) -> None:
-        """Undo every statement of this unit of work."""
 
 
 class Store(ABC):
@@ -336,48 +266,9 @@ class Store(ABC):
     async def close(self) -> None:  # noqa: B027 (the memory store holds nothing to give back)
         """Give back connections and files."""
 
-    def transaction(self) -> "UnitOfWork":
-        """P17: a unit of work that commits on success and rolls back on any error; nested, a savepoint."""
-        return UnitOfWork(self)
-
-
-class UnitOfWork:
-    """`async with store.transaction() as tx:` a savepoint in the transaction open in this task
-    if there is one, else a new transaction; committed (or kept) on success, rolled back on any error.
-
-    A task started from inside a unit of work inherits it (anyio copies the context into every
-    task), so work a tool spawns may outlive the call: once the call's unit of work is ending,
-    that work's own `transaction()` begins a new one instead of joining one that is over.
-
-    Its exit is the one place a transaction ends: nothing else commits or rolls one back (P17)."""
-
-    def __init__(self, store: Store):
-        self.store = store
-
-    async def __aenter__(self) -> Transaction:
-        self.outer = _open_transaction.get()
-        if self.outer is not None and self.outer.ending:
-            self.outer = None  # spawned work, after the call that spawned it: a unit of work of its own
-        if self.outer is not None:
-            self.savepoint = self.outer.savepoint()
-            return self.outer
-        self.tx = self.store.begin()
-        self.token = _open_transaction.set(self.tx)
-        return self.tx
-
-    async def __aexit__(
-        self, error_type: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        with anyio.CancelScope(shield=True):  # a cancelled caller must still release the store
-            if self.outer is not None:
-                await self.outer.end_savepoint(self.savepoint, failed=error_type is not None)
-                return
-            _open_transaction.reset(self.token)
-            self.tx.ending = True
-            if error_type is None:
-                await self.tx.commit()
-            else:
-                await self.tx.rollback()
+    def transaction(self) -> UnitOfWork:
+        """A unit of work that commits on success and rolls back on any error; nested in this task, a savepoint."""
+        return UnitOfWork(self.begin)
 
 
 # ----------------------------------------------------------------------------
@@ -407,23 +298,38 @@ async def open_store(url: str, limits: Limits, tables: Sequence[str] = ()) -> As
     `tables` are the tools' own schema statements, run in order beside the records' as the
     store opens, under its schema lock, so instances starting together on an empty store
     take turns; every start runs them, so each must allow for what it made before
-    (CREATE TABLE IF NOT EXISTS, an INSERT ... WHERE NOT EXISTS)."""
+    (CREATE TABLE IF NOT EXISTS, an INSERT ... WHERE NOT EXISTS): they run twice as the store
+    opens, the second run undone, so one that would fail on the next start fails on this one.
+
+    A store that cannot open as configured (no folder for the file, no server, no such
+    database, a statement that fails) raises Misconfigured, its message one line that names the fix."""
     checked_url(url)
-    store: Store
-    if url == "memory":
-        from .memory import MemoryStore
-
-        store = MemoryStore(limits, tables=tables)
-    elif url.startswith("sqlite:"):
-        from .sqlite import SQLiteStore
-
-        store = SQLiteStore(url.removeprefix("sqlite:"), limits, tables=tables)
-    else:
-        from .postgres import PostgresStore
-
-        store = await PostgresStore.open(url, limits, tables)
+    store = await opened(url, limits, tables)
     try:
         yield store
     finally:
         with anyio.CancelScope(shield=True):
             await store.close()
+
+
+async def opened(url: str, limits: Limits, tables: Sequence[str]) -> Store:
+    """The store a checked URL names, open."""
+    if url == "memory":
+        from .memory import MemoryStore
+
+        return MemoryStore(limits, tables=tables)
+    if url.startswith("sqlite:"):
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore(url.removeprefix("sqlite:"), limits, tables=tables)
+    from .postgres import PostgresStore
+
+    return await PostgresStore.open(url, limits, tables)
+
+
+def shown(url: str) -> str:
+    """The URL, as a log may show it: its password left out."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()

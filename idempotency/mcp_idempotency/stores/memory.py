@@ -9,13 +9,19 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
-from . import Full, Held, Limits, Row, Store, Transaction, Won, may_take, new_owner
-from .sqlite import changed_rows, create_tables, rows_of
+from . import Completion, Full, Held, Limits, Store, Transaction, Won, may_take, new_owner
+from .sql import SQLiteStatements, create_tables
+from .unit_of_work import take
 
 __all__ = ["MemoryStore", "MemoryTransaction"]
+
+
+# Said when a unit of work waits past the store's wait for another to let go of the tools' tables.
+WRITER_TAKEN = "memory: another unit of work holds the tools' tables; do slow work before the first statement"
 
 
 @dataclass
@@ -118,61 +124,50 @@ class MemoryStore(Store):
         return MemoryTransaction(self)
 
 
-class MemoryTransaction(Transaction):
+class MemoryTransaction(SQLiteStatements):
     """A tool's statements, in a transaction of the private database begun at the first of them;
-    the record's completion is checked as it commits, so a fenced one drops them (P17, P18)."""
+    the record's completion is checked as it commits, so a fenced one drops them."""
 
     def __init__(self, store: MemoryStore):
         super().__init__()
         self.store = store
-        self.open = False  # BEGIN ran: the store's turn is held until COMMIT or ROLLBACK
 
-    async def database(self) -> sqlite3.Connection:
-        """The private database, inside this unit of work's transaction and any savepoint not yet begun."""
+    async def send(self, begin: bool, savepoints: list[str], statement: Callable[[Any], Any]) -> Any:
         db = self.store.data
-        if not self.open:
-            await self.store.turn.acquire()
-            db.execute("BEGIN")
-            self.open = True
-        for savepoint in self.pending():
-            db.execute(f"SAVEPOINT {savepoint}")
-        return db
+        if begin:
+            await take(self.store.turn, self.store.limits.wait, WRITER_TAKEN)
+            try:
+                db.execute("BEGIN")
+            except BaseException:
+                self.store.turn.release()
+                raise
+            self.begun = True
+        for name in savepoints:
+            db.execute(f"SAVEPOINT {name}")
+        return statement(db)
 
-    async def execute(self, sql: str, *args: object) -> int:
-        return changed_rows(await self.database(), sql, args)
-
-    async def fetchall(self, sql: str, *args: object) -> list[Row]:
-        return rows_of(await self.database(), sql, args)
-
-    async def lock(self, name: str) -> None:
-        await self.database()  # the store's one turn covers every name
-
-    async def rollback_to(self, name: str) -> None:
-        (await self.database()).execute(f"ROLLBACK TO {name}")
-
-    async def commit(self) -> None:
+    async def finish(self, completion: Completion | None) -> bool:
         # No `await` from the check to COMMIT: on one event loop, nothing completes the key meanwhile.
-        if self.completion is not None:
-            key, fingerprint, outcome = self.completion
-            record = self.store.records.get(key)
-            if record is None or record.status != "running" or record.fingerprint != fingerprint:
-                self.end("ROLLBACK")  # P18: fenced off, and with it every statement of this unit of work
-                return
-            record.status, record.owner, record.outcome = "completed", None, outcome
-            record.deadline = self.store.clock() + self.store.limits.retention  # P8: from the completion
-            self.store.expiry_order.append((key, record.deadline))  # at the back: completion order is expiry order
-            self.completed = True
-        self.end("COMMIT")
+        if completion is not None:
+            record = self.store.records.get(completion.key)
+            if record is None or record.status != "running" or record.fingerprint != completion.fingerprint:
+                self.let_go("ROLLBACK")  # fenced off, and with it every statement of this unit of work
+                return False
+            record.status, record.owner, record.outcome = "completed", None, completion.outcome
+            record.deadline = self.store.clock() + self.store.limits.retention  # the window opens at completion
+            self.store.expiry_order.append((completion.key, record.deadline))  # completion order is expiry order
+        self.let_go("COMMIT")
+        return completion is not None
 
-    async def rollback(self) -> None:
-        self.end("ROLLBACK")
+    async def abandon(self) -> None:
+        self.let_go("ROLLBACK")
 
-    def end(self, statement: str) -> None:
+    def let_go(self, statement: str) -> None:
         """COMMIT or ROLLBACK, if this unit of work began; then let the next one in."""
-        if not self.open:
+        if not self.begun:
             return
         try:
             self.store.data.execute(statement)
         finally:
-            self.open = False
+            self.begun = False
             self.store.turn.release()

@@ -20,19 +20,24 @@ named prepared statements off (pgbouncer before 1.21 loses them), so each statem
 takes two round trips instead of one. Tested behind pgbouncer 1.18 (tests/test_pooler.py).
 """
 
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+import time
+from collections.abc import Callable, Sequence
 from importlib.resources import files
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+import anyio
 import asyncpg
 
 from ..rules import principal_of
 from . import (
     SCHEMA_VERSION,
+    Completion,
     Full,
     Held,
     Limits,
+    Misconfigured,
     Row,
     Store,
     StoreUnavailable,
@@ -41,6 +46,7 @@ from . import (
     must_create,
     must_upgrade,
     new_owner,
+    tables_refusal,
 )
 
 __all__ = ["PostgresStore", "PostgresTransaction", "upgrade"]
@@ -48,8 +54,6 @@ __all__ = ["PostgresStore", "PostgresTransaction", "upgrade"]
 CLAIM_FUNCTION = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}_claim.sql").read_text()
 SCHEMA = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}.sql").read_text() + CLAIM_FUNCTION
 OTHERWISE = "use an empty database"  # for a version that cannot be upgraded in place
-
-T = TypeVar("T")  # what a statement run in a unit of work returns
 
 # Which version the database holds: 0 for none at all, 1 for the layout before the
 # version was recorded. Instances starting together take turns (a lock that ends
@@ -104,15 +108,44 @@ WHERE key = $1 AND status = 'running' AND fingerprint = $2
 # A tool's lock (Transaction.lock): a number of its name, held to the end of the unit of work.
 LOCK = "SELECT pg_advisory_xact_lock(hashtext($1))"
 
-# The tool's own statements' errors (a constraint it broke, a value it got wrong)
-# are the tool's outcome; every other error is the store failing (P23).
-TOOLS_OWN_ERRORS = (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError)
+# The store's own failures, by SQLSTATE: its connection (08), its resources, a disk full
+# among them (53), an operator or a timeout ending the statement (57), the system (58),
+# an internal error (XX), a transaction rolled back to be retried (40), a lock not had
+# within lock_timeout (55P03), a session ended idle in its transaction (25P03). Every
+# other error the server raises (a syntax error, no such table, a constraint broken, a
+# wrong value) comes from the tool's own statement, and is the tool's.
+STORE_FAILURE_CLASSES = ("08", "53", "57", "58", "XX", "40")
+STORE_FAILURE_STATES = ("55P03", "25P03")
+# Every error the store's own statements (a claim, a renewal) may meet: each is the store failing.
+# Of a tool's, so are the driver's and the network's, but asyncpg's refusal of the tool's own
+# arguments (an InterfaceError that is a ValueError too).
 STORE_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+# What a developer reads when PostgreSQL ended a unit of work left idle in its transaction.
+SAT_IDLE = (
+    "PostgreSQL: the unit of work sat idle in its transaction longer than idle_in_transaction_session_timeout "
+    "({seconds:g} s), and the server ended its session ({error}); do slow work (a payment, a mail) before the "
+    "unit of work's first statement"
+)
 
 
 def failed(error: Exception) -> StoreUnavailable:
-    """P23: a store failure, named for the log."""
+    """A store failure, named for the log."""
     return StoreUnavailable(f"PostgreSQL: {type(error).__name__}: {error}")
+
+
+def is_store_failure(error: Exception) -> bool:
+    """Is `error` the store failing, rather than the tool's own statement (see STORE_FAILURE_CLASSES)?"""
+    if isinstance(error, asyncpg.PostgresError):
+        state = str(error.sqlstate or "")
+        return state[:2] in STORE_FAILURE_CLASSES or state in STORE_FAILURE_STATES
+    return isinstance(error, STORE_FAILURES) and not isinstance(error, ValueError)
+
+
+def idle_timeout(limits: Limits) -> float:
+    """How long a session may sit idle in its transaction: a lease and a wait. A live process keeps its units
+    of work awake as it renews its claims (keep_awake), so only one frozen or cut off loses its locks so."""
+    return limits.lease + limits.wait
 
 
 def milliseconds(seconds: float) -> str:
@@ -125,9 +158,7 @@ def session_settings(limits: Limits) -> dict[str, str]:
         "default_transaction_isolation": "read committed",
         "lock_timeout": milliseconds(limits.wait),
         "statement_timeout": milliseconds(limits.lease),
-        # Longer than a lease: a tool may wait inside its unit of work that long;
-        # an instance frozen inside one (a paused VM) loses it, and its locks, after.
-        "idle_in_transaction_session_timeout": milliseconds(limits.lease + limits.wait),
+        "idle_in_transaction_session_timeout": milliseconds(idle_timeout(limits)),
     }
 
 
@@ -140,12 +171,20 @@ async def found_version(db: Any) -> int:
 
 async def create_schema(db: Any, url: str, tables: Sequence[str]) -> None:
     """Create the tables once, however many instances start together, and then the tools' own (see
-    open_store) under the same lock; refuse another version in one line."""
+    open_store) under the same lock, twice, the second run undone; refuse another version in one line."""
     async with db.transaction():
         if must_create(url, await found_version(db), OTHERWISE):
             await db.execute(SCHEMA)
-        for statement in tables:
-            await db.execute(statement)
+        for again in (False, True):
+            await db.execute("SAVEPOINT again")
+            for number, statement in enumerate(tables, 1):
+                try:
+                    await db.execute(statement)
+                except asyncpg.PostgresError as error:
+                    if is_store_failure(error):
+                        raise
+                    raise tables_refusal(number, error, again) from None
+        await db.execute("ROLLBACK TO SAVEPOINT again")  # the second run: only a rehearsal of the next start
 
 
 async def upgrade(url: str) -> bool:
@@ -200,6 +239,7 @@ class PostgresStore(Store):
     def __init__(self, url: str, limits: Limits, pool: Any):
         super().__init__(limits)
         self.url, self.pool = url, pool
+        self.open_units: set[PostgresTransaction] = set()  # the units of work of this process holding a connection
 
     @classmethod
     async def open(cls, url: str, limits: Limits, tables: Sequence[str] = ()) -> "PostgresStore":
@@ -207,9 +247,7 @@ class PostgresStore(Store):
         # state, so the pool need not reset it on release: that is a round trip a use.
         given, (url, pooled) = url, behind_pooler(url)
         session = {"statement_cache_size": 0} if pooled else {"server_settings": session_settings(limits)}
-        pool = await asyncpg.create_pool(
-            url, min_size=1, max_size=10, reset=no_reset, command_timeout=limits.lease, **session
-        )
+        pool = await connected(url, limits, session)
         try:
             async with pool.acquire() as db:
                 if pooled:
@@ -260,6 +298,8 @@ class PostgresStore(Store):
                 renewed: str = await db.execute(RENEW, key, owner, self.limits.lease)
         except STORE_FAILURES as error:
             raise failed(error) from error
+        for unit in list(self.open_units):
+            await unit.keep_awake()
         return renewed == "UPDATE 1"
 
     async def forget(self, principal: str) -> int:
@@ -274,44 +314,61 @@ class PostgresStore(Store):
         return PostgresTransaction(self)
 
 
+async def connected(url: str, limits: Limits, session: dict[str, Any]) -> Any:
+    """A pool of connections to the database the URL names; else one line that names the fix."""
+    try:
+        return await asyncpg.create_pool(
+            url, min_size=1, max_size=10, reset=no_reset, command_timeout=limits.lease, **session
+        )
+    except asyncpg.InvalidCatalogNameError as error:
+        raise Misconfigured(f"{error}: create it (createdb), or name another in the URL") from None
+    except asyncpg.InvalidAuthorizationSpecificationError as error:
+        raise Misconfigured(f"{error}: create the role, or name another user and password in the URL") from None
+    except (OSError, TimeoutError) as error:
+        where = f"{urlsplit(url).hostname or 'localhost'}:{urlsplit(url).port or 5432}"
+        raise Misconfigured(f"no PostgreSQL answers at {where} ({error}): start it, or name another host") from None
+
+
 async def no_reset(_connection: Any) -> None:
     """What a pooled connection needs on release: nothing (see PostgresStore.open)."""
 
 
 class PostgresTransaction(Transaction):
-    """A pooled connection and BEGIN at the first statement, as for SQLite; every statement inside it, or none."""
+    """A pooled connection and BEGIN at the first statement, held to the end of the unit of work."""
 
     def __init__(self, store: PostgresStore):
         super().__init__()
         self.store = store
         self.db: Any = None  # the pooled asyncpg connection, from the first statement to COMMIT or ROLLBACK
+        self.last = time.monotonic()  # when its last statement ended
+        self.idle = 0.0  # how long it had sat idle in its transaction when its latest statement was sent
+        self.using = anyio.Lock()  # one statement at a time on its connection: the tool's, or a keep_awake
 
-    async def run(self, statement: Callable[[Any], Awaitable[T]]) -> T:
-        """`await statement(db)` on this unit of work's asyncpg connection, after BEGIN and any savepoint not
-        yet sent, and what it returns: how every statement of this unit of work runs, a tool's (execute, fetchone,
-        fetchall, P17) and this store's own (P23); only the unit of work's exit ends the transaction."""
-        if self.failure is not None:
-            raise failed(self.failure) from self.failure
-        try:
-            if self.db is None:
-                self.db = await self.store.pool.acquire(timeout=self.store.limits.wait)
-                # One trip: BEGIN, at the level pinned here, and the savepoints asked for so far.
-                await self.db.execute("; ".join(["BEGIN ISOLATION LEVEL READ COMMITTED", *self.savepoints_begun()]))
-            elif self.unsent:
-                await self.db.execute("; ".join(self.savepoints_begun()))
-            return await statement(self.db)
-        except TOOLS_OWN_ERRORS:
-            raise
-        except STORE_FAILURES as error:
-            self.failure = error
-            raise failed(error) from error
+    async def send(self, begin: bool, savepoints: list[str], statement: Callable[[Any], Any]) -> Any:
+        opening = ["BEGIN ISOLATION LEVEL READ COMMITTED"] if begin else []
+        if begin:
+            self.db = await self.store.pool.acquire(timeout=self.store.limits.wait)
+            self.begun = True  # the connection is this unit of work's until it ends
+            self.store.open_units.add(self)
+        async with self.using:
+            self.idle = time.monotonic() - self.last
+            try:
+                if opening or savepoints:  # one trip: BEGIN, at the level pinned here, and the savepoints asked for
+                    await self.db.execute("; ".join([*opening, *(f"SAVEPOINT {name}" for name in savepoints)]))
+                return await statement(self.db)
+            finally:
+                self.last = time.monotonic()
 
-    def savepoints_begun(self) -> list[str]:
-        """The SAVEPOINT statements for the savepoints asked for so far (P17), to send with the next statement."""
-        return [f"SAVEPOINT {name}" for name in self.pending()]
-
-    async def rollback_to(self, name: str) -> None:
-        await self.run(lambda db: db.execute(f"ROLLBACK TO SAVEPOINT {name}"))
+    async def keep_awake(self) -> None:
+        """While its process renews claims, a unit of work whose tool works between statements (longer than the
+        lease, perhaps) is never ended by the server as idle: one that sat a quarter lease sends an empty query."""
+        if self.db is None or self.using.locked() or time.monotonic() - self.last < self.store.limits.lease / 4:
+            return
+        async with self.using:
+            if self.db is not None:
+                with contextlib.suppress(*STORE_FAILURES):  # its own next statement meets the failure, and says so
+                    await self.db.execute("SELECT 1")
+                self.last = time.monotonic()
 
     async def execute(self, sql: str, *args: object) -> int:
         status: str = await self.run(lambda db: db.execute(sql, *args))
@@ -328,33 +385,39 @@ class PostgresTransaction(Transaction):
     async def lock(self, name: str) -> None:
         await self.run(lambda db: db.execute(LOCK, name))
 
-    async def _end(self, statement: str) -> None:
-        """COMMIT or ROLLBACK, if this unit of work began; the connection goes back to the pool."""
+    async def finish(self, completion: Completion | None) -> bool:
+        if completion is None:
+            await self.let_go("COMMIT")
+            return False
+        key, fingerprint, outcome = completion
+        arguments = (key, fingerprint, outcome, self.store.limits.retention)
+        try:
+            status = await self.send(not self.begun, [], lambda db: db.execute(COMPLETE, *arguments))
+        except BaseException:
+            await self.let_go("ROLLBACK")
+            raise
+        applied: bool = status == "UPDATE 1"
+        await self.let_go("COMMIT" if applied else "ROLLBACK")  # fenced off: nothing of it is kept
+        return applied
+
+    async def abandon(self) -> None:
+        await self.let_go("ROLLBACK")
+
+    async def let_go(self, statement: str) -> None:
+        """COMMIT or ROLLBACK; whatever happens, the connection goes back to the pool."""
         if self.db is None:
             return
-        db, self.db = self.db, None
+        db, self.db, self.begun = self.db, None, False
+        self.store.open_units.discard(self)
         try:
             await db.execute(statement)
-        except STORE_FAILURES as error:
-            self.failure = self.failure or error
-            raise failed(error) from error
         finally:
             await self.store.pool.release(db)
 
-    async def commit(self) -> None:
-        if self.failure is not None:  # P23: a unit of work that failed part way commits nothing
-            await self._end("ROLLBACK")
-            raise failed(self.failure) from self.failure
-        if self.completion is not None:
-            key, fingerprint, outcome = self.completion
-            status: str = await self.run(
-                lambda db: db.execute(COMPLETE, key, fingerprint, outcome, self.store.limits.retention)
-            )
-            self.completed = status == "UPDATE 1"
-            if not self.completed:
-                await self._end("ROLLBACK")
-                return
-        await self._end("COMMIT")
-
-    async def rollback(self) -> None:
-        await self._end("ROLLBACK")
+    def store_failure(self, error: Exception) -> StoreUnavailable | None:
+        if not is_store_failure(error):
+            return None
+        longest = idle_timeout(self.store.limits)
+        if isinstance(error, asyncpg.IdleInTransactionSessionTimeoutError) or self.idle >= longest:
+            return StoreUnavailable(SAT_IDLE.format(seconds=longest, error=error))
+        return failed(error)

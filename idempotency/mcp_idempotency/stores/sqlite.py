@@ -2,12 +2,11 @@
 
 import fcntl
 import os
-import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -16,10 +15,11 @@ from ..rules import principal_of
 from . import (
     LONGEST_WAIT,
     SCHEMA_VERSION,
+    Completion,
     Full,
     Held,
     Limits,
-    Row,
+    Misconfigured,
     Store,
     StoreUnavailable,
     Transaction,
@@ -29,6 +29,8 @@ from . import (
     must_upgrade,
     new_owner,
 )
+from .sql import SQLiteStatements, create_tables, failed
+from .unit_of_work import take
 
 __all__ = ["SQLiteStore", "SQLiteTransaction", "upgrade"]
 
@@ -88,6 +90,7 @@ RETURNING owner
 
 COUNT = "SELECT n FROM idempotency_record_count"
 COUNTED = "UPDATE idempotency_record_count SET n = n + ?"
+RUNNING = "SELECT fingerprint FROM idempotency_records WHERE key = ? AND status = 'running'"
 IS_NEW = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)"
 
 # P9': once this claim holds the key, does the principal hold more than its share of
@@ -116,51 +119,13 @@ UPDATE idempotency_records SET status = 'completed', outcome = :outcome, deadlin
 WHERE key = :key AND status = 'running' AND fingerprint = :fingerprint
 """
 
-# The tool's own statements' errors (a constraint it broke) are the tool's outcome;
-# every other error of the driver is the store failing (P23).
-TOOLS_OWN_ERRORS = (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.DataError)
-
-T = TypeVar("T")  # what a statement run in a unit of work returns
-
-# A tool writes $1, $2... (PostgreSQL's placeholders) on every store; SQLite reads the
-# same positions as ?1, ?2..., so one text serves both, and arguments bind by number.
-# The rewrite does not parse SQL: a $ and digits inside a string literal are rewritten
-# too, so such text is passed as an argument.
-PLACEHOLDER = re.compile(r"\$(\d+)")
-
-
-def sqlite_text(sql: str) -> str:
-    """A tool's statement with SQLite's numbered placeholders for its $1, $2..."""
-    return PLACEHOLDER.sub(r"?\1", sql)
-
-
-def changed_rows(db: sqlite3.Connection, sql: str, args: Sequence[object]) -> int:
-    """Run a tool's statement; how many rows an INSERT, UPDATE or DELETE changed (else 0), as PostgreSQL says."""
-    cursor = db.execute(sqlite_text(sql), args)
-    cursor.fetchall()  # an UPDATE ... RETURNING counts its rows as they are read
-    return max(cursor.rowcount, 0)
-
-
-def rows_of(db: sqlite3.Connection, sql: str, args: Sequence[object]) -> list[Row]:
-    """Run a tool's query; its rows, as tuples."""
-    return [tuple(row) for row in db.execute(sqlite_text(sql), args)]
-
-
-def create_tables(db: sqlite3.Connection, tables: Sequence[str]) -> None:
-    """The tools' own schema statements, in one write transaction (see open_store)."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        for statement in tables:
-            db.execute(sqlite_text(statement))
-        db.execute("COMMIT")
-    finally:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-
-
-def failed(error: Exception) -> StoreUnavailable:
-    """P23: a store failure, named for the log."""
-    return StoreUnavailable(f"SQLite: {error}")
+# Said when this process's one writer stays taken past the wait: by another unit of work.
+WRITER_TAKEN = (
+    "SQLite: the file's one writer stayed taken past the store's wait, by another unit of work; "
+    "a tool should do slow work before its unit of work's first statement"
+)
+ROLLED_BACK = "SQLite: it rolled this unit of work back itself (a full disk, an I/O error)"
+WHOLE = "unit_of_work"  # the savepoint every unit of work begins with, so a fenced one keeps its renewals
 
 
 def connect(path: str, wait_seconds: float, synchronous: str) -> sqlite3.Connection:
@@ -200,11 +165,17 @@ def found_version(db: sqlite3.Connection) -> int:
 
 def create_schema(path: str, tables: Sequence[str]) -> None:
     """Create the file and its tables once, however many processes start at the same moment, and
-    then the tools' own; refuse, in one line, a file that holds another version's tables."""
-    with schema_turn(path) as db:
-        if must_create(f"sqlite:{path}", found_version(db), OTHERWISE):
-            db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
-        create_tables(db, tables)
+    then the tools' own; refuse, in one line, a file that holds another version's tables, or none can hold."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise Misconfigured(f"there is no folder {folder} for the SQLite file: create it, or point the store elsewhere")
+    try:
+        with schema_turn(path) as db:
+            if must_create(f"sqlite:{path}", found_version(db), OTHERWISE):
+                db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
+            create_tables(db, tables)
+    except (OSError, sqlite3.Error) as error:
+        raise Misconfigured(f"the SQLite file {path} cannot be opened ({error}): {OTHERWISE}") from None
 
 
 def upgrade(path: str) -> bool:
@@ -264,21 +235,51 @@ class SQLiteStore(Store):
         # behind one; a renewal lost to a crash needs no sync, the holder died with it.
         self.renewer = connect(path, limits.wait, synchronous="NORMAL")
         self.renewing = anyio.Lock()
+        # So have the store's own writes that could not be made on the loop (a claim while
+        # another writer had the file, a release, a forget): they wait for the file alone, a
+        # wait at most, never queued behind this process's units of work for the writer.
+        self.aside = connect(path, limits.wait, synchronous="FULL")
+        self.asiding = anyio.Lock()
+        self.holding: SQLiteTransaction | None = None  # the unit of work holding the writer, once begun
 
     async def close(self) -> None:
         self.on_loop.close()
         self.writer.close()
         self.renewer.close()
+        self.aside.close()
 
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         try:
             try:
                 return self.claim_on(self.on_loop, key, fingerprint, principal)
-            except sqlite3.OperationalError:  # "database is locked": another writer has the file; wait aside
-                async with self.turn:
-                    return await anyio.to_thread.run_sync(self.claim_on, self.writer, key, fingerprint, principal)
-        except sqlite3.Error as error:  # P23: any other, a malformed file included, is the store failing
+            except sqlite3.OperationalError:  # "database is locked": another writer has the file
+                running = self.running(key)
+                if running is not None:
+                    # A takeover waits for no writer: while one holds the file, the holder's own
+                    # renewal may be waiting behind it too, so the key is answered in progress.
+                    return running
+                async with self.aside_turn():
+                    return await anyio.to_thread.run_sync(self.claim_on, self.aside, key, fingerprint, principal)
+        except sqlite3.Error as error:  # any other, a malformed file included, is the store failing
             raise failed(error) from error
+
+    def running(self, key: str) -> Held | None:
+        """The key's record, if it is running (its lease passed or not), read with no lock."""
+        row = self.on_loop.execute(RUNNING, (key,)).fetchone()
+        return None if row is None else Held(row[0], None)
+
+    async def take_writer(self) -> None:
+        """Take this process's one writer connection, waiting `limits.wait` at most, as for the file's lock."""
+        await take(self.turn, self.limits.wait, WRITER_TAKEN)
+
+    @asynccontextmanager
+    async def aside_turn(self) -> AsyncIterator[None]:
+        """The connection for the store's own writes made aside, for one of them."""
+        await take(self.asiding, self.limits.wait, WRITER_TAKEN)
+        try:
+            yield
+        finally:
+            self.asiding.release()
 
     def claim_on(self, db: sqlite3.Connection, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         """P4, P8, P9, P16, P18: a read; then, if the key may be taken, one write transaction."""
@@ -328,8 +329,13 @@ class SQLiteStore(Store):
         return await self.deleted(FORGET, (principal,))
 
     async def renew(self, key: str, owner: str) -> bool:
-        # It fails after `limits.wait` if a writer holds the file: if that writer is this
-        # process's own unit of work, no other process can take the key over meanwhile either.
+        if self.holding is not None:
+            # A unit of work of this process holds the file's one write lock, so no other process can
+            # take the key over until it lets go; it renews the lease just before it does (renewed_in),
+            # so the renewal never waits on it. (A claim no longer ours reads as renewed this once.)
+            self.holding.renewals.add((key, owner))
+            return True
+
         def extend(db: sqlite3.Connection) -> bool:
             return db.execute(RENEW, (self.clock() + self.limits.lease, key, owner)).rowcount == 1
 
@@ -355,8 +361,8 @@ class SQLiteStore(Store):
                 raise
 
         try:
-            async with self.turn:
-                return await anyio.to_thread.run_sync(delete, self.writer)
+            async with self.aside_turn():
+                return await anyio.to_thread.run_sync(delete, self.aside)
         except sqlite3.Error as error:
             raise failed(error) from error
 
@@ -364,102 +370,95 @@ class SQLiteStore(Store):
         return SQLiteTransaction(self)
 
 
-class SQLiteTransaction(Transaction):
-    """BEGIN IMMEDIATE at the first statement, not before; every statement inside it, or none (P23)."""
+class SQLiteTransaction(SQLiteStatements):
+    """BEGIN IMMEDIATE at the first statement, on this process's one writer connection, held to the end.
+
+    While it holds the file no other process writes, so none takes a claim over: the renewals
+    asked for meanwhile (of any claim of this process) are made just before it lets go."""
 
     def __init__(self, store: SQLiteStore):
         super().__init__()
         self.store = store
-        self.open = False  # BEGIN succeeded: this process's turn is held until COMMIT or ROLLBACK
+        self.renewals: set[tuple[str, str]] = set()  # (key, owner) of each claim to renew before the end
 
-    async def run(self, statement: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `statement(db)` in a worker thread, inside this unit of work's transaction, and return
-        what it returns: how every statement of this unit of work runs, a tool's (execute, fetchone,
-        fetchall, P17) and this store's own; only the unit of work's exit ends the transaction.
+    async def send(self, begin: bool, savepoints: list[str], statement: Callable[[Any], Any]) -> Any:
+        if begin:
+            await self.store.take_writer()
+            try:
+                # The store's own writes waiting aside (a claim for another key, a release) go first:
+                # each is one short statement, where a unit of work may hold the file for its tool's run.
+                async with self.store.aside_turn():
+                    pass
+            except BaseException:
+                self.store.turn.release()
+                raise
 
-        A statement never runs outside it: if BEGIN could not take the file (another
-        process held it past the wait), or SQLite ended the transaction on an error
-        (disk full, I/O), the unit of work has failed, and says so (P23)."""
-        if self.failure is not None:
-            raise failed(self.failure) from self.failure
-        if not self.open:
-            await self.store.turn.acquire()
-        savepoints = self.pending()
-
-        def inside(db: sqlite3.Connection) -> T:
-            if not self.open:
+        def inside(db: sqlite3.Connection) -> Any:
+            if begin:
                 db.execute("BEGIN IMMEDIATE")
-                self.open = True
-            if not db.in_transaction:
-                raise sqlite3.OperationalError("the transaction was rolled back by SQLite")
-            for savepoint in savepoints:
-                db.execute(f"SAVEPOINT {savepoint}")
+                db.execute(f"SAVEPOINT {WHOLE}")
+                self.begun = True
+            elif not db.in_transaction:
+                raise StoreUnavailable(ROLLED_BACK)
+            for name in savepoints:
+                db.execute(f"SAVEPOINT {name}")
             return statement(db)
 
         try:
             return await anyio.to_thread.run_sync(inside, self.store.writer)
-        except TOOLS_OWN_ERRORS:
-            raise
-        except sqlite3.Error as error:
-            self.failure = error
-            raise failed(error) from error
         finally:
-            if not self.open:  # BEGIN failed: let the next unit of work of this process in
+            if begin and not self.begun:  # BEGIN failed: let the next unit of work of this process in
                 self.store.turn.release()
+            elif begin:
+                self.store.holding = self
 
-    async def rollback_to(self, name: str) -> None:
-        await self.run(lambda db: db.execute(f"ROLLBACK TO {name}"))
+    async def finish(self, completion: Completion | None) -> bool:
+        if not self.begun:
+            await self.send(True, [], lambda db: None)  # a completion with no statement before it: BEGIN for it
+        return bool(await self.let_go(lambda db: self.ended_in(db, completion)))
 
-    async def execute(self, sql: str, *args: object) -> int:
-        return await self.run(lambda db: changed_rows(db, sql, args))
+    async def abandon(self) -> None:
+        await self.let_go(self.abandoned_in)
 
-    async def fetchall(self, sql: str, *args: object) -> list[Row]:
-        return await self.run(lambda db: rows_of(db, sql, args))
+    def ended_in(self, db: sqlite3.Connection, completion: Completion | None) -> bool:
+        """In the worker thread: the completion kept, or fenced off with every statement; the renewals; COMMIT."""
+        if not db.in_transaction:
+            raise StoreUnavailable(ROLLED_BACK)
+        applied = False
+        if completion is not None:
+            now, retention = self.store.clock(), self.store.limits.retention
+            applied = db.execute(COMPLETE, {**completion._asdict(), "now": now, "retention": retention}).rowcount == 1
+            if not applied:  # the key no longer runs for this request: nothing of this unit of work is kept
+                db.execute(f"ROLLBACK TO SAVEPOINT {WHOLE}")
+        self.renewed_in(db)
+        db.execute("COMMIT")
+        return applied
 
-    async def lock(self, name: str) -> None:
-        # The file's one write lock, taken by the first statement (BEGIN IMMEDIATE), covers every name.
-        await self.run(lambda db: None)
+    def abandoned_in(self, db: sqlite3.Connection) -> None:
+        """In the worker thread: every statement undone, the renewals kept, if SQLite has not rolled back already."""
+        if db.in_transaction:
+            db.execute(f"ROLLBACK TO SAVEPOINT {WHOLE}")
+            self.renewed_in(db)
+            db.execute("COMMIT")
 
-    async def commit(self) -> None:
-        if self.failure is not None:  # P23: a unit of work that failed part way commits nothing
-            await self._end("ROLLBACK")
-            raise failed(self.failure) from self.failure
-        if self.completion is None:
-            await self._end("COMMIT")
-            return
-        key, fingerprint, outcome = self.completion
-        parameters = {
-            "key": key,
-            "fingerprint": fingerprint,
-            "outcome": outcome,
-            "now": self.store.clock(),
-            "retention": self.store.limits.retention,
-        }
+    def renewed_in(self, db: sqlite3.Connection) -> None:
+        """The leases renewed while this unit of work held the file, moved on now, before it lets go."""
+        deadline = self.store.clock() + self.store.limits.lease
+        db.executemany(RENEW, [(deadline, key, owner) for key, owner in self.renewals])
 
-        # One trip to the worker thread: the update, then COMMIT or ROLLBACK.
-        def complete(db: sqlite3.Connection) -> bool:
-            completed: bool = db.execute(COMPLETE, parameters).rowcount == 1
-            db.execute("COMMIT" if completed else "ROLLBACK")
-            return completed
+    async def let_go(self, ending: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run `ending` in the worker thread; whatever happens, the transaction is over and the writer free."""
+
+        def ended(db: sqlite3.Connection) -> Any:
+            try:
+                return ending(db)
+            finally:
+                if db.in_transaction:  # the ending failed part way
+                    db.execute("ROLLBACK")
 
         try:
-            self.completed = await self.run(complete)
+            return await anyio.to_thread.run_sync(ended, self.store.writer)
         finally:
-            await self._end("ROLLBACK")  # only if the COMMIT failed
-
-    async def _end(self, statement: str) -> None:
-        """COMMIT or ROLLBACK, if this unit of work began; then let the next one of this process in."""
-        if not self.open:
-            return
-        try:
-            if self.store.writer.in_transaction:
-                await anyio.to_thread.run_sync(self.store.writer.execute, statement)
-        except sqlite3.Error as error:
-            self.failure = self.failure or error
-            raise failed(error) from error
-        finally:
-            self.open = False
+            self.begun = False
+            self.store.holding = None
             self.store.turn.release()
-
-    async def rollback(self) -> None:
-        await self._end("ROLLBACK")
