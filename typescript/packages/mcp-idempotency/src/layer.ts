@@ -168,8 +168,10 @@ export class Idempotency {
       return { error: rules.rejection(rules.IN_PROGRESS, key) };
     }
     this.log(`replayed: key=${repr(key)}`);
-    const kept = JSON.parse(held.outcome) as { error?: object; result?: object };
-    return kept.error !== undefined ? { error: kept.error } : { result: kept.result ?? {} };
+    const kept = JSON.parse(held.outcome) as { error?: object; result?: { resultType?: string } };
+    if (kept.error !== undefined) return { error: kept.error };
+    const { resultType: _, ...result } = kept.result ?? {}; // 2026-07-28's member: this SDK speaks the 2025 revisions
+    return { result };
   }
 }
 
@@ -273,8 +275,10 @@ export class Keyed<Inner extends Transport> implements Transport {
     const outcome = "result" in message
       ? { result: { ...message.result, _meta: { ...message.result._meta, [rules.ACKNOWLEDGEMENT]: rules.acknowledgement(run.key) } } }
       : { error: (message as { error: object }).error };
+    // Kept as the Python library keeps an outcome, a result naming its type, so either language replays it.
+    const kept = "result" in outcome ? { result: { ...outcome.result, resultType: "complete" } } : outcome;
     try {
-      run.tx.complete(run.storeKey, run.fingerprint, JSON.stringify(outcome));
+      run.tx.complete(run.storeKey, run.fingerprint, JSON.stringify(kept));
       if (await run.tx.commit()) {
         keys.log(`recorded: key=${repr(run.key)}`);
         return outcome;
