@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from mcp_idempotency.rules import fingerprint
 
 CORPUS = Path(__file__).resolve().parent.parent / "typescript/packages/mcp-idempotency/test/fingerprint-corpus.json"

@@ -14,7 +14,7 @@ from wire import LegacyStdioWire, start
 
 @pytest.fixture
 def both(postgres_url):
-    """The Python and the TypeScript ledger server over stdio, on one new PostgreSQL database, in the field placement."""
+    """The Python and the TypeScript ledger server over stdio on one new PostgreSQL database, in the field placement."""
     typescript_built()
     python = start("2x-stdio", "--store", postgres_url)  # the Python instance makes the tables first
     typescript = LegacyStdioWire("ts-stdio", [*typescript_server(), "--verbose", "--store", postgres_url])
