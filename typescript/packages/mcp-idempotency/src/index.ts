@@ -6,3 +6,4 @@ export { MemoryStore } from "./memory.js";
 export { PostgresStore } from "./postgres.js";
 export { StoreUnavailable, type Claim, type Limits, type Row, type Store, type Transaction } from "./stores.js";
 export * as rules from "./rules.js";
+export { GaveUp, KeyedClient, KeyRefused, WindowPassed, discoverSettings, type KeyedCallOptions, type Settings } from "./client.js";
