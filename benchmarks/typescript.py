@@ -2,11 +2,12 @@
 
     PYTHONPATH=tests:. .venv/bin/python benchmarks/typescript.py [--calls N]
 
-typescript/dist/server.js (the example built on the package, its memory store) over stdio, quiet, as a user runs
-it (tests/wire.py speaks HTTP only in 2026-07-28, which the SDK 1.x server does not): a call without a key, a keyed call that executes and a keyed replay, interleaved call by call in one
-loop (harness.round_trips), so that the machine's noise hits every kind alike. The targets are section 1's: a key
-costs at most 5% on a call that runs the tool, and a replay is faster than an unkeyed call. Only ratios are printed
-as findings; the microseconds say what they are ratios of.
+typescript/dist/server.js (the example built on the package, its memory store) over stdio, quiet, as a user
+runs it (tests/wire.py speaks HTTP only in 2026-07-28, which the SDK 1.x server does not): a call without a key, a
+keyed call that executes and a keyed replay, interleaved call by call in one loop (harness.round_trips), so that
+the machine's noise hits every kind alike. The targets are section 1's: a key costs at most 5% on a call that
+runs the tool, and a replay is faster than an unkeyed call. The ratios are the findings; the microseconds say
+what they are ratios of.
 """
 
 import argparse
