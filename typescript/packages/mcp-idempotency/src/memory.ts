@@ -17,6 +17,7 @@ export const NO_SQL = "the memory store runs no SQL: a tool that writes in the s
 
 export class MemoryStore implements Store {
   readonly records = new Map<string, MemoryRecord>();
+  readonly keysOf = new Map<string, Set<string>>(); // principal -> its keys, as the SQL stores' index on principal
 
   constructor(readonly limits: Limits, readonly now: () => number = Date.now) {}
 
@@ -26,28 +27,40 @@ export class MemoryStore implements Store {
     if (held !== undefined && !mayTake(held.status, held.fingerprint, held.deadline <= now, fingerprint)) {
       return { kind: "held", fingerprint: held.fingerprint, outcome: held.outcome };
     }
-    if (this.share(principal, now) >= this.limits.maxRecordsPerPrincipal) return { kind: "full" };
+    if (this.shareTaken(principal, now)) return { kind: "full" };
     if (held === undefined && this.records.size >= this.limits.maxRecords) {
       this.purge(now);
       if (this.records.size >= this.limits.maxRecords) return { kind: "full" };
     }
     const owner = newOwner();
+    if (held !== undefined) this.drop(key);
     this.records.set(key, { principal, fingerprint, status: "running", deadline: now + this.limits.lease * 1000, owner, outcome: null });
+    this.keysOf.set(principal, (this.keysOf.get(principal) ?? new Set()).add(key));
     return { kind: "won", owner };
   }
 
-  /** A principal's records whose deadline is ahead. */
-  share(principal: string, now: number): number {
+  /** Does `principal` hold its share of records whose deadline is ahead? Fewer records than the share: no walk. */
+  shareTaken(principal: string, now: number): boolean {
+    const keys = this.keysOf.get(principal);
+    if (keys === undefined || keys.size < this.limits.maxRecordsPerPrincipal) return false;
     let live = 0;
-    for (const record of this.records.values()) if (record.principal === principal && record.deadline > now) live += 1;
-    return live;
+    for (const key of keys) if (this.records.get(key)!.deadline > now) live += 1;
+    return live >= this.limits.maxRecordsPerPrincipal;
   }
 
   /** Only a full store purges: the completed records whose window has passed. */
   purge(now: number): void {
     for (const [key, record] of this.records) {
-      if (record.status === "completed" && record.deadline <= now) this.records.delete(key);
+      if (record.status === "completed" && record.deadline <= now) this.drop(key);
     }
+  }
+
+  /** Delete one record, and its place in its principal's keys. */
+  drop(key: string): void {
+    const record = this.records.get(key);
+    if (record === undefined) return;
+    this.records.delete(key);
+    this.keysOf.get(record.principal)?.delete(key);
   }
 
   /** The record `owner` holds running under `key`, if it still does. */
@@ -63,7 +76,7 @@ export class MemoryStore implements Store {
   }
 
   async release(key: string, owner: string): Promise<void> {
-    if (this.holding(key, owner) !== undefined) this.records.delete(key);
+    if (this.holding(key, owner) !== undefined) this.drop(key);
   }
 
   /** The first completion of a running key for this request wins; any other is fenced off. */
