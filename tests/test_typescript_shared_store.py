@@ -6,8 +6,14 @@ ledger table, so a call first sent to one and retried on the other replays, char
 under the key is a conflict on either.
 """
 
+import json
+import subprocess
+import sys
+from contextlib import ExitStack
+
 import pytest
-from kit_targets import typescript_server
+from conftest import postgres_database
+from kit_targets import KIT, SHORT_LEASE, VARIANTS, typescript_server
 from node_packages import typescript_built
 from wire import LegacyStdioWire, start
 
@@ -53,3 +59,23 @@ def test_another_request_under_a_key_the_other_language_holds_is_a_conflict(both
     error = other.charge(200, key="order-1")["error"]
     assert error["data"] == {"type": "idempotency_key_conflict", "retryable": False, "idempotencyKey": "order-1"}
     assert python.ledger() == {"balance": 100, "charges": 1}
+
+
+def test_the_kit_passes_on_the_typescript_server_on_postgresql(tmp_path):
+    """The whole kit, each of its servers (main, slow, short window, bounded, short lease) on a PostgreSQL database
+    of its own, the records and the ledger there: every check a server without authorisation can meet passes."""
+    typescript_built()
+    with ExitStack() as databases:
+        options = []
+        for variant, server_args in VARIANTS.items():
+            url = databases.enter_context(postgres_database())
+            lease = SHORT_LEASE if variant == "short-lease-" else []
+            server = [*typescript_server(), "--store", url, *server_args, *lease]
+            options += [f"--{variant}command", subprocess.list2cmdline(server)]
+        report = tmp_path / "checks.json"
+        ran = subprocess.run(
+            [sys.executable, str(KIT), *options, "--json", str(report)], capture_output=True, text=True, timeout=600
+        )
+    results = {result["id"]: result["status"] for result in json.loads(report.read_text())}
+    assert [check for check, status in results.items() if status in ("FAILURE", "WARNING")] == [], ran.stdout[-3000:]
+    assert list(results.values()).count("SUCCESS") >= 33, ran.stdout[-3000:]  # as many as on its memory store

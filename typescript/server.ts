@@ -5,7 +5,7 @@
 //
 //   node typescript/dist/server.js [--transport stdio|http] [--host 127.0.0.1] [--port 8000] [--retention S]
 //                                  [--max-records N] [--charge-delay S] [--placement params|meta]
-//                                  [--store memory|postgresql://...] [--allow-unauthenticated] [--verbose]
+//                                  [--store memory|postgresql://...] [--lease S] [--allow-unauthenticated] [--verbose]
 //
 // 1. the ledger and its four tools, which know nothing about idempotency but the unit of work
 //    their charge joins on a SQL store;
@@ -42,6 +42,7 @@ interface Settings {
   chargeDelay: number; // seconds
   placement: Placement;
   store: string; // memory, or postgresql://... shared with other instances in either language
+  lease: number; // seconds a dead holder keeps its key on a shared store
   allowUnauthenticated: boolean; // P10': serve one tenant off loopback, on purpose
   verbose: boolean;
 }
@@ -74,6 +75,7 @@ function settingsFrom(argv: string[]): Settings {
       "charge-delay": { type: "string", default: "0" },
       placement: { type: "string", default: "params" },
       store: { type: "string", default: "memory" },
+      lease: { type: "string", default: String(rules.LEASE_SECONDS) },
       "allow-unauthenticated": { type: "boolean", default: false },
       verbose: { type: "boolean", default: false },
     },
@@ -97,6 +99,7 @@ function settingsFrom(argv: string[]): Settings {
     chargeDelay: number("charge-delay", values["charge-delay"], { min: 0 }),
     placement: values.placement,
     store: values.store,
+    lease: number("lease", values.lease, { above: 0 }),
     allowUnauthenticated: values["allow-unauthenticated"],
     verbose: values.verbose,
   };
@@ -234,7 +237,8 @@ if (refusal !== null) {
 }
 const where = settings.transport === "stdio" ? "stdio" : `http://${settings.host}:${settings.port}/mcp`;
 const keys = await Idempotency.open({
-  store: settings.store, retention: settings.retention, maxRecords: settings.maxRecords, placement: settings.placement,
+  store: settings.store, retention: settings.retention, lease: settings.lease, maxRecords: settings.maxRecords,
+  placement: settings.placement,
   tables: LEDGER_TABLES, log: (line) => { if (settings.verbose) process.stderr.write(`idempotency: ${line}\n`); },
 }).catch((error: unknown) => {
   console.error(`server.js: --store ${settings.store}: ${error instanceof Error ? error.message : String(error)}`);
