@@ -139,7 +139,7 @@ class PostgresTransaction implements Transaction {
   constructor(readonly store: PostgresStore) {}
 
   /** Run `text` in this unit of work, after BEGIN and any savepoint not yet sent. */
-  async run(text: string, values: unknown[]): Promise<pg.QueryResult> {
+  async run(text: string, values: unknown[]): Promise<pg.QueryResult<Row>> {
     if (this.failure !== null) throw failed(this.failure);
     try {
       if (this.db === null) {
@@ -148,7 +148,7 @@ class PostgresTransaction implements Transaction {
       } else if (this.unsent > 0) {
         await this.db.query(this.pending().join("; "));
       }
-      return await this.db.query(text, values);
+      return await this.db.query<Row>({ text, values, rowMode: "array" }); // columns by position: names may repeat
     } catch (error) {
       if (toolsOwn(error)) throw error;
       this.failure = error;
@@ -168,8 +168,7 @@ class PostgresTransaction implements Transaction {
   }
 
   async fetchall(text: string, ...args: unknown[]): Promise<Row[]> {
-    const result = await this.run(text, args);
-    return result.rows.map((row: Record<string, unknown>) => result.fields.map((field) => row[field.name]));
+    return (await this.run(text, args)).rows;
   }
 
   savepoint(): string {
