@@ -44,7 +44,8 @@ def typescript_built() -> None:
     npm_installed(TYPESCRIPT)
     built = TYPESCRIPT / "dist" / "server.js"
     sources = [TYPESCRIPT / name for name in ("server.ts", "tsconfig.json", "package-lock.json")]
-    sources += [path for path in PACKAGE.glob("*") if path.is_file()] + list((PACKAGE / "src").glob("*.ts"))
+    sources += [path for path in PACKAGE.glob("*") if path.is_file()]
+    sources += [path for folder in ("src", "examples") for path in (PACKAGE / folder).glob("*.ts")]
     with one_at_a_time(TYPESCRIPT):
         if not built.exists() or built.stat().st_mtime < max(source.stat().st_mtime for source in sources):
             subprocess.run(["npm", "run", "--silent", "build"], cwd=TYPESCRIPT, check=True, timeout=300)
