@@ -135,12 +135,14 @@ class PostgresTransaction implements Transaction {
   count = 0;
   failure: unknown = null;
   completion: [string, Uint8Array, string] | null = null;
+  ended = false; // committed or rolled back: a statement still coming (a run past its deadline) opens nothing
 
   constructor(readonly store: PostgresStore) {}
 
   /** Run `text` in this unit of work, after BEGIN and any savepoint not yet sent. */
   async run(text: string, values: unknown[]): Promise<pg.QueryResult<Row>> {
     if (this.failure !== null) throw failed(this.failure);
+    if (this.ended) throw new StoreUnavailable("PostgreSQL: this unit of work has ended");
     try {
       if (this.db === null) {
         this.db = await this.store.pool.connect();
@@ -214,6 +216,7 @@ class PostgresTransaction implements Transaction {
 
   /** COMMIT or ROLLBACK, if this unit of work began; the connection goes back to the pool. */
   async end(statement: string): Promise<void> {
+    this.ended = true;
     const db = this.db;
     if (db === null) return;
     this.db = null;
