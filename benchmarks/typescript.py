@@ -25,7 +25,8 @@ REPLAY_TARGET = 1.00
 def launched() -> list[Subject]:
     """The TypeScript server over stdio, on its memory store, bounded above what the run keeps."""
     typescript_built()
-    wire = LegacyStdioWire("ts-stdio", [*typescript_server(), "--max-records", "100000"])
+    room = ["--max-records", "100000", "--max-records-per-principal", "100000"]
+    wire = LegacyStdioWire("ts-stdio", [*typescript_server(), *room])
     return [Subject(wire.target, wire, KEYED_TARGET, REPLAY_TARGET)]
 
 

@@ -5,7 +5,8 @@
 //
 //   node typescript/dist/server.js [--transport stdio|http] [--host 127.0.0.1] [--port 8000] [--retention S]
 //                                  [--max-records N] [--charge-delay S] [--placement params|meta]
-//                                  [--store memory|postgresql://...] [--lease S] [--allow-unauthenticated] [--verbose]
+//                                  [--store memory|postgresql://...] [--lease S] [--max-records-per-principal N]
+//                                  [--allow-unauthenticated] [--verbose]
 //
 // 1. the ledger and its four tools, which know nothing about idempotency but the unit of work
 //    their charge joins on a SQL store;
@@ -43,6 +44,7 @@ interface Settings {
   placement: Placement;
   store: string; // memory, or postgresql://... shared with other instances in either language
   lease: number; // seconds a dead holder keeps its key on a shared store
+  share: number; // one principal's live records at most
   allowUnauthenticated: boolean; // P10': serve one tenant off loopback, on purpose
   verbose: boolean;
 }
@@ -76,6 +78,7 @@ function settingsFrom(argv: string[]): Settings {
       placement: { type: "string", default: "params" },
       store: { type: "string", default: "memory" },
       lease: { type: "string", default: String(rules.LEASE_SECONDS) },
+      "max-records-per-principal": { type: "string", default: String(rules.MAX_RECORDS_PER_PRINCIPAL) },
       "allow-unauthenticated": { type: "boolean", default: false },
       verbose: { type: "boolean", default: false },
     },
@@ -100,6 +103,7 @@ function settingsFrom(argv: string[]): Settings {
     placement: values.placement,
     store: values.store,
     lease: number("lease", values.lease, { above: 0 }),
+    share: number("max-records-per-principal", values["max-records-per-principal"], { min: 1 }),
     allowUnauthenticated: values["allow-unauthenticated"],
     verbose: values.verbose,
   };
@@ -238,6 +242,7 @@ if (refusal !== null) {
 const where = settings.transport === "stdio" ? "stdio" : `http://${settings.host}:${settings.port}/mcp`;
 const keys = await Idempotency.open({
   store: settings.store, retention: settings.retention, lease: settings.lease, maxRecords: settings.maxRecords,
+  maxRecordsPerPrincipal: settings.share,
   placement: settings.placement,
   tables: LEDGER_TABLES, log: (line) => { if (settings.verbose) process.stderr.write(`idempotency: ${line}\n`); },
 }).catch((error: unknown) => {
