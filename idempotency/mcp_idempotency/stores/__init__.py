@@ -1,28 +1,28 @@
-"""Where the idempotency records live, shared by every instance (P15), and the unit of work a tool joins.
+"""Where the idempotency records live, shared by every instance, and the unit of work a tool joins.
 
 One interface, three stores, one module each, chosen by URL:
 
     memory                 memory.py: this process's dicts; a retry that lands on another
-                           instance, or after a restart, finds nothing (rule L2's failure,
-                           offered to show it)
+                           instance, or after a restart, finds nothing (what a
+                           shared store exists to prevent, offered to show it)
     sqlite:PATH            sqlite.py: one file, several processes on one machine (the default)
     postgresql://...       postgres.py: one server, several machines; its clock is the only
-                           clock (P19); its tables and claim function are postgres_v3.sql
+                           clock; its tables and claim function are postgres_v3.sql
 
 Every store answers what the dispatch layer asks:
 
     claim(key, fingerprint, principal)
-                              P4, P16, P18: the record that holds the key (read first, with
+                              The record that holds the key (read first, with
                               no lock, so most retries cost a read), or else the key taken in
                               one atomic step, or a takeover of a claim whose lease passed;
-                              P9, P9': refused when the store, or this principal's share of
+                              Refused when the store, or this principal's share of
                               it, is full
-    renew(key, owner)         P18': the holder, alive, moves its lease on while the tool
+    renew(key, owner)         the holder, alive, moves its lease on while the tool
                               runs, so a retry is never let in on a live run
-    release(key, owner)       P6': the key given back, so the retry runs the tool again
+    release(key, owner)       the key given back, so the retry runs the tool again
     forget(principal)         every record of one principal, running or completed, deleted
                               (an account closed, a data-protection request): how many
-    transaction()             P17: a unit of work; the tool's own writes join the one the
+    transaction()             a unit of work; the tool's own writes join the one the
                               dispatch layer opened (as a savepoint), and
                               tx.complete() has the commit complete the record with them,
                               or roll both back (fencing)
@@ -44,11 +44,10 @@ layer then records nothing, gives the key back and tells the client to retry. An
 of the tool's own statement (its SQL, its data) is the tool's: it propagates as it is.
 The unit of work's policy is unit_of_work.py's, the same on every store.
 
-Every record is running (its deadline is the lease's end, moved on by each renewal,
-P18') or completed (its
-deadline is the retention window's end, P8). A record past its deadline reads as
-absent, or as free to take over (`may_take` below says which); the bound (P9) is kept by a count, and expired
-records are purged only when the count reaches it. A principal's share (P9') counts its
+Every record is running (its deadline is the lease's end, moved on by each renewal)
+or completed (its deadline is the retention window's end). A record past its deadline reads as
+absent, or as free to take over (`may_take` below says which); the bound is kept by a count, and expired
+records are purged only when the count reaches it. A principal's share counts its
 records whose deadline has not passed, through an index on (principal, deadline): no
 count of its own to keep in step, and a record that expires frees its place at once.
 """
@@ -93,24 +92,24 @@ __all__ = [
 
 
 class Won(NamedTuple):
-    """This call holds the key: it may run the tool. `owner` is its fencing token (P18)."""
+    """This call holds the key: it may run the tool. `owner` is its fencing token."""
 
     owner: str
 
 
 class Held(NamedTuple):
-    """A record holds the key (P4): its fingerprint, and its outcome once completed."""
+    """A record holds the key: its fingerprint, and its outcome once completed."""
 
     fingerprint: bytes
     outcome: str | None  # None: still running, within its lease
 
 
 class Full(NamedTuple):
-    """P9, P9': the store, or the principal's share of it, holds all the live records it may: a new key is refused."""
+    """The store, or the principal's share of it, holds all the live records it may: a new key is refused."""
 
 
 def may_take(status: str, stored_fingerprint: bytes, deadline_passed: bool, fingerprint: bytes) -> bool:
-    """P8, P18: may a claim for `fingerprint` take the key from the record that holds it?
+    """May a claim for `fingerprint` take the key from the record that holds it?
 
     Only once the record's deadline has passed: a completed record has then expired, and
     the key is new to any request; a running one's lease has passed, and the same request
@@ -122,10 +121,10 @@ def may_take(status: str, stored_fingerprint: bytes, deadline_passed: bool, fing
 
 
 # The longest any statement waits for a lock, or a writer for the file. A unit of
-# work that waited most of its lease would find its key taken over anyway (P18);
+# work that waited most of its lease would find its key taken over anyway;
 # failing sooner gives the key back while the client still retries.
 LONGEST_WAIT = 10.0
-# P18': how long a holder that stopped renewing (killed, frozen, cut off) keeps its key;
+# How long a holder that stopped renewing (killed, frozen, cut off) keeps its key;
 # a live one renews every quarter of it, however long its tool runs.
 LEASE_SECONDS = 30.0
 # The shortest lease a holder can keep: it renews every quarter lease, and a renewal may wait
@@ -136,14 +135,14 @@ SHORTEST_LEASE = 1.0
 
 @dataclass(frozen=True)
 class Limits:
-    """The windows and the bounds every store enforces (P8, P9, P9', P18), the longest key the layer
-    takes (P2), which it advertises beside the window (P11'), and how long a keyed run may take."""
+    """The windows and the bounds every store enforces, the longest key the layer
+    takes, which it advertises beside the window, and how long a keyed run may take."""
 
     retention: float = RETENTION_SECONDS  # seconds a completed record is replayed
-    lease: float = LEASE_SECONDS  # seconds a holder that stopped renewing keeps its claim from a takeover (P18')
+    lease: float = LEASE_SECONDS  # seconds a holder that stopped renewing keeps its claim from a takeover
     max_records: int = MAX_RECORDS  # live records at most, running or completed
-    max_records_per_principal: int = MAX_RECORDS_PER_PRINCIPAL  # P9': one principal's records whose deadline is ahead
-    max_key_length: int = MAX_KEY_LENGTH  # P2: characters in a key at most; the store holds whatever it is given
+    max_records_per_principal: int = MAX_RECORDS_PER_PRINCIPAL  # one principal's records whose deadline is ahead
+    max_key_length: int = MAX_KEY_LENGTH  # characters in a key at most; the store holds whatever it is given
     deadline: float = DEADLINE_SECONDS  # seconds a keyed run may take before it is stopped, unless its tool has its own
 
     def __post_init__(self) -> None:
@@ -163,7 +162,7 @@ class Limits:
 
     @property
     def wait(self) -> float:
-        """How long a statement may wait for a lock, or a writer for the file, before the store gives up (P23)."""
+        """How long a statement may wait for a lock, or a writer for the file, before the store gives up."""
         return min(LONGEST_WAIT, self.lease / 3)
 
 
@@ -175,7 +174,7 @@ claims_made = itertools.count()
 
 
 def new_owner() -> str:
-    """P18: a token no other claim has, so a claim can be given back only by its holder."""
+    """A token no other claim has, so a claim can be given back only by its holder."""
     return f"{PROCESS}-{next(claims_made)}"
 
 
@@ -241,23 +240,23 @@ class Store(ABC):
 
     @abstractmethod
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
-        """P4, P8, P9, P9', P16, P18: the record that holds `key` (an expired one counts as absent,
+        """The record that holds `key` (an expired one counts as absent,
         a running one whose lease passed is taken over by the same request), or the key taken
         for `principal` (rules.principal_name), unless the store or that principal's share is full."""
 
     @abstractmethod
     async def release(self, key: str, owner: str) -> None:
-        """P6': give the key back (drop its running record) if `owner` still holds it, so a retry runs anew."""
+        """Give the key back (drop its running record) if `owner` still holds it, so a retry runs anew."""
 
     @abstractmethod
     async def renew(self, key: str, owner: str) -> bool:
-        """P18': move the lease of `owner`'s running claim on by a whole lease; False if it is no longer
+        """Move the lease of `owner`'s running claim on by a whole lease; False if it is no longer
         theirs (taken over, given back, forgotten, or completed)."""
 
     @abstractmethod
     async def forget(self, principal: str) -> int:
         """Delete every record of `principal`, running or completed; how many there were. A call of
-        theirs running meanwhile finds its record gone: its completion is fenced off (P18)."""
+        theirs running meanwhile finds its record gone: its completion is fenced off."""
 
     @abstractmethod
     def begin(self) -> Transaction:

@@ -1,4 +1,4 @@
-"""memory: one process's dicts, what rule L2 says does not satisfy the guarantee (offered to show why).
+"""memory: one process's dicts, which no other instance shares, so no guarantee across them (offered to show why).
 
 A tool's own data lives in a private in-memory SQLite database, so a tool's statements
 run unchanged here, on SQLite and on PostgreSQL; the records stay in dicts.
@@ -26,11 +26,11 @@ WRITER_TAKEN = "memory: another unit of work holds the tools' tables; do slow wo
 
 @dataclass
 class Record:
-    principal: str  # whose share it counts against (P9')
+    principal: str  # whose share it counts against
     fingerprint: bytes
     status: str  # "running" or "completed"
-    deadline: float  # running: the lease's end (P18); completed: the retention window's end (P8)
-    owner: str | None = None  # running: the claim's token, so only it gives the key back (P6')
+    deadline: float  # running: the lease's end; completed: the retention window's end
+    owner: str | None = None  # running: the claim's token, so only it gives the key back
     outcome: str | None = None  # completed: what is replayed
 
 
@@ -44,10 +44,10 @@ class MemoryStore(Store):
         self.clock = clock
         self.records: dict[str, Record] = {}
         # Each completion, (key, deadline), in the order they happened, which is the order
-        # they expire in: a purge only ever looks at the front (P8). A key completed again
+        # they expire in: a purge only ever looks at the front. A key completed again
         # after it expired is in it twice; only the entry with its record's deadline is current.
         self.expiry_order: deque[tuple[str, float]] = deque()
-        self.keys_of: dict[str, set[str]] = {}  # P9': principal -> its keys, as the SQL stores' index on principal
+        self.keys_of: dict[str, set[str]] = {}  # principal -> its keys, as the SQL stores' index on principal
         # The tools' tables: statements run on the event loop (no disk to wait for), one
         # unit of work at a time, from its first statement to its end, as on SQLite.
         self.data = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -58,7 +58,7 @@ class MemoryStore(Store):
         self.data.close()
 
     def purge(self) -> None:
-        """P8, P9: drop the completed records whose window has passed; called only when the store is full."""
+        """Drop the completed records whose window has passed; called only when the store is full."""
         now = self.clock()
         while self.expiry_order:
             key, deadline = self.expiry_order[0]
@@ -78,7 +78,7 @@ class MemoryStore(Store):
         self.keys_of[record.principal].discard(key)
 
     def share_taken(self, principal: str, key: str, now: float) -> bool:
-        """P9': does `principal` hold its share of records whose deadline is ahead, `key`'s own aside?"""
+        """Does `principal` hold its share of records whose deadline is ahead, `key`'s own aside?"""
         keys, share = self.keys_of.get(principal, set()), self.limits.max_records_per_principal
         if len(keys) < share:  # fewer records than the share, live or not: no walk
             return False
@@ -86,7 +86,7 @@ class MemoryStore(Store):
         return sum(1 for _ in live) >= share
 
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
-        # No `await` in here: on one event loop the look-up and the write are one step (P16).
+        # No `await` in here: on one event loop the look-up and the write are one step.
         now = self.clock()
         record = self.records.get(key)
         if record is not None and not may_take(record.status, record.fingerprint, record.deadline <= now, fingerprint):

@@ -1,10 +1,10 @@
-"""postgresql: one server, several machines; its clock is the only clock (P19).
+"""postgresql: one server, several machines; its clock is the only clock.
 
 The tables are stores/postgres_v3.sql and the claim function postgres_v3_claim.sql,
 created once on an empty database; a database holding another version is refused in
 one line, which names `mcp-idempotency-store upgrade URL` for version 2 (see `upgrade`).
 
-Every wait is bounded (P23): a lock for `limits.wait` (then a claim answers in
+Every wait is bounded: a lock for `limits.wait` (then a claim answers in
 progress, a unit of work gives up), a statement for a lease, a session idle inside
 a transaction for a lease and a wait (a frozen instance's locks are freed), a
 command the client sent for a lease, a pooled connection for `limits.wait`. The
@@ -62,29 +62,29 @@ TABLES_FOUND = "SELECT to_regclass('idempotency_schema') IS NOT NULL, to_regclas
 
 CLAIM = "SELECT status, fingerprint, outcome FROM idempotency_claim($1, $2, $3, $4, $5, $6, $7)"
 
-# What a claim that waited too long on the key's row answers (P23): that row is
+# What a claim that waited too long on the key's row answers: that row is
 # locked by an instance completing or taking over the key, so it is in progress.
 HOLDER = "SELECT fingerprint, outcome FROM idempotency_records WHERE key = $1"
 
-# P6': only the claim's holder gives it back; P9: the count follows.
+# Only the claim's holder gives it back; the count of records follows.
 RELEASE = """
 WITH released AS (DELETE FROM idempotency_records WHERE key = $1 AND status = 'running' AND owner = $2 RETURNING 1)
 UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM released)
 """
 
-# P18': the holder, alive, moves its lease on; a claim taken over or given back is no longer its own.
+# The holder, alive, moves its lease on; a claim taken over or given back is no longer its own.
 RENEW = """
 UPDATE idempotency_records SET deadline = clock_timestamp() + make_interval(secs => $3)
 WHERE key = $1 AND status = 'running' AND owner = $2
 """
 
-# Every record of one principal; P9: the count follows.
+# Every record of one principal; the count of records follows.
 FORGET = """
 WITH forgotten AS (DELETE FROM idempotency_records WHERE principal = $1 RETURNING 1)
 UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM forgotten) RETURNING (SELECT count(*) FROM forgotten)
 """
 
-# Version 2 to 3 (P9'): each record gains its principal, read from its key in Python
+# Version 2 to 3: each record gains its principal, read from its key in Python
 # (rules.principal_of: the JSON the layer wrote, which SQL's JSON would print otherwise),
 # and the claim function takes it.
 UPGRADE_FROM_2 = [
@@ -98,7 +98,7 @@ UPGRADED_TO_3 = [
     f"UPDATE idempotency_schema SET version = {SCHEMA_VERSION}",
 ]
 
-# P17, P18: the first completion of a running key for this request wins; any other is fenced off.
+# The first completion of a running key for this request wins; any other is fenced off.
 COMPLETE = """
 UPDATE idempotency_records
 SET status = 'completed', outcome = $3, deadline = clock_timestamp() + make_interval(secs => $4), owner = NULL
@@ -153,7 +153,7 @@ def milliseconds(seconds: float) -> str:
 
 
 def session_settings(limits: Limits) -> dict[str, str]:
-    """P23: every wait bounded; the isolation level pinned."""
+    """Every wait bounded; the isolation level pinned."""
     return {
         "default_transaction_isolation": "read committed",
         "lock_timeout": milliseconds(limits.wait),
@@ -189,7 +189,7 @@ async def create_schema(db: Any, url: str, tables: Sequence[str]) -> None:
 
 async def upgrade(url: str) -> bool:
     """`mcp-idempotency-store upgrade postgresql://...`: version 2 becomes 3 in place (False: it was 3 already).
-    Every record gains its principal (P9'), the claim function takes it; the demo's ledger stays as it is."""
+    Every record gains its principal, the claim function takes it; the demo's ledger stays as it is."""
     # One connection, no prepared statements kept: it works behind a transaction-mode pooler too.
     db = await asyncpg.connect(behind_pooler(url)[0], statement_cache_size=0)
     try:
@@ -262,7 +262,7 @@ class PostgresStore(Store):
         await self.pool.close()
 
     def connection(self) -> Any:
-        """A pooled connection, waited for `limits.wait` at most (P23)."""
+        """A pooled connection, waited for `limits.wait` at most."""
         return self.pool.acquire(timeout=self.limits.wait)
 
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
@@ -272,7 +272,7 @@ class PostgresStore(Store):
             async with self.connection() as db:
                 try:
                     row = await db.fetchrow(CLAIM, key, principal, fingerprint, owner, *bounds)
-                except asyncpg.LockNotAvailableError as waited:  # P23: one completing the key holds its row
+                except asyncpg.LockNotAvailableError as waited:  # one completing the key holds its row
                     row = await db.fetchrow(HOLDER, key)
                     if row is None:  # it was given back meanwhile: the client may retry at once
                         raise failed(waited) from waited

@@ -1,4 +1,4 @@
-"""sqlite: one file, shared by several processes on one machine; their clock is the machine's (P19)."""
+"""sqlite: one file, shared by several processes on one machine; their clock is the machine's."""
 
 import fcntl
 import os
@@ -34,7 +34,7 @@ from .unit_of_work import take
 
 __all__ = ["SQLiteStore", "SQLiteTransaction", "upgrade"]
 
-# P9': whose share a record counts against (rules.principal_name); "" for nobody's (a
+# Whose share a record counts against (rules.principal_name); "" for nobody's (a
 # bare key of an earlier version). One definition, for a new file and for the upgrade.
 PRINCIPAL = "principal TEXT NOT NULL DEFAULT ''"
 SHARE_INDEX = "CREATE INDEX idempotency_records_share ON idempotency_records (principal, deadline)"
@@ -48,14 +48,14 @@ CREATE TABLE idempotency_records (
     {PRINCIPAL},
     fingerprint  BLOB NOT NULL,
     status       TEXT NOT NULL CHECK (status IN ('running', 'completed')),
-    deadline     REAL NOT NULL,  -- running: when a retry may take over (P18); completed: when it expires (P8)
-    owner        TEXT,           -- running: the claim's token, so only it gives the key back (P6')
-    outcome      TEXT,           -- completed: what is replayed (P6)
+    deadline     REAL NOT NULL,  -- running: when a retry may take over; completed: when it expires
+    owner        TEXT,           -- running: the claim's token, so only it gives the key back
+    outcome      TEXT,           -- completed: what is replayed
     CHECK ((status = 'completed') = (outcome IS NOT NULL))
 );
 CREATE INDEX idempotency_records_expiry ON idempotency_records (deadline) WHERE status = 'completed';
 {SHARE_INDEX};
--- P9: how many records there are, kept in step by every claim and purge, so that
+-- How many records there are, kept in step by every claim and purge, so that
 -- no claim has to count the table (a count is a walk of every key).
 CREATE TABLE idempotency_record_count (
     id  INTEGER PRIMARY KEY CHECK (id = 1),
@@ -68,15 +68,15 @@ PRAGMA user_version = {SCHEMA_VERSION};
 # What to do with a file of a version that cannot be upgraded in place.
 OTHERWISE = "move the file aside or point --store elsewhere"
 
-# P4, P8, P18: the record that holds a key, read with no lock, and whether its
+# The record that holds a key, read with no lock, and whether its
 # deadline has passed (an expired record is absent; a passed lease may be taken over).
 HOLDER = "SELECT fingerprint, status, outcome, deadline <= :now FROM idempotency_records WHERE key = :key"
 
-# P16: the claim is this one statement, under the write lock: a new key is
+# The claim is this one statement, under the write lock: a new key is
 # inserted; an existing row is taken only where `may_take` (stores/__init__.py)
 # says so, its WHERE clause being that rule in SQL: the deadline passed and the
 # record is completed (expired: the key is new again) or running for the same
-# request (a takeover, P18). It returns a row exactly when this call now holds the
+# request (a takeover). It returns a row exactly when this call now holds the
 # key. It trusts no earlier read.
 CLAIM = """
 INSERT INTO idempotency_records (key, principal, fingerprint, status, deadline, owner)
@@ -93,7 +93,7 @@ COUNTED = "UPDATE idempotency_record_count SET n = n + ?"
 RUNNING = "SELECT fingerprint FROM idempotency_records WHERE key = ? AND status = 'running'"
 IS_NEW = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)"
 
-# P9': once this claim holds the key, does the principal hold more than its share of
+# Once this claim holds the key, does the principal hold more than its share of
 # records whose deadline is ahead, the key's own included? A walk of the share index
 # alone (it holds both columns read), which stops one past the share.
 SHARE_EXCEEDED = """
@@ -101,19 +101,19 @@ SELECT count(*) > :share FROM (
     SELECT 1 FROM idempotency_records WHERE principal = :principal AND deadline > :now LIMIT :share + 1)
 """
 
-# P8, P9: a purge runs only when the bound is reached, oldest first, a batch at a time.
+# A purge runs only when the bound is reached, oldest first, a batch at a time.
 PURGE = """
 DELETE FROM idempotency_records WHERE key IN (
     SELECT key FROM idempotency_records WHERE status = 'completed' AND deadline <= ? ORDER BY deadline LIMIT 1000)
 """
 
-# P6': only the claim's holder gives it back.
+# Only the claim's holder gives it back.
 RELEASE = "DELETE FROM idempotency_records WHERE key = ? AND status = 'running' AND owner = ?"
 FORGET = "DELETE FROM idempotency_records WHERE principal = ?"
-# P18': the holder, alive, moves its lease on; a claim taken over or given back is no longer its own.
+# The holder, alive, moves its lease on; a claim taken over or given back is no longer its own.
 RENEW = "UPDATE idempotency_records SET deadline = ? WHERE key = ? AND status = 'running' AND owner = ?"
 
-# P17, P18: the first completion of a running key for this request wins; any other is fenced off.
+# The first completion of a running key for this request wins; any other is fenced off.
 COMPLETE = """
 UPDATE idempotency_records SET status = 'completed', outcome = :outcome, deadline = :now + :retention, owner = NULL
 WHERE key = :key AND status = 'running' AND fingerprint = :fingerprint
@@ -180,7 +180,7 @@ def create_schema(path: str, tables: Sequence[str]) -> None:
 
 def upgrade(path: str) -> bool:
     """`mcp-idempotency-store upgrade sqlite:PATH`: version 2 becomes 3 in place (False: it was 3 already).
-    Every record gains its principal, read from its key (P9'); the demo's ledger stays as it is."""
+    Every record gains its principal, read from its key; the demo's ledger stays as it is."""
     if not os.path.exists(path):  # connecting would make an empty file there
         raise FileNotFoundError(f"no such file: {path}")
     with schema_turn(path) as db:
@@ -207,7 +207,7 @@ class SQLiteStore(Store):
     read, and the write only if the key is free. When another writer holds the
     file, it waits in a worker thread instead; and so does every unit of work. A
     lock held by another process stalls a worker thread, never the event loop; and
-    a writer waits for it `limits.wait` at most (P23)."""
+    a writer waits for it `limits.wait` at most."""
 
     def __init__(self, path: str, limits: Limits, clock: Callable[[], float] = time.time, tables: Sequence[str] = ()):
         super().__init__(limits)
@@ -216,13 +216,13 @@ class SQLiteStore(Store):
         create_schema(path, tables)
         # The claims made on the event loop need not reach the disk at once: a
         # completion's commit syncs the whole log, the claim's frames before it
-        # included (the same argument as PostgreSQL's, P17). A claim a crash loses
+        # included (the same argument as PostgreSQL's). A claim a crash loses
         # was never told to anyone as an outcome; its completion is then refused.
         self.on_loop = connect(path, wait_seconds=0, synchronous="NORMAL")
         # A checkpoint writes the WAL back with an fsync: let it happen on a commit
         # in a worker thread, never on one made on the event loop.
         self.on_loop.execute("PRAGMA wal_autocheckpoint = 0")
-        # P17: a completion the client was told about survives power loss:
+        # A completion the client was told about survives power loss:
         # synchronous=FULL syncs the log at every commit of the writer. (NORMAL, in
         # WAL, may lose the last commits to an OS crash: a client told "Charged"
         # could be charged again.)
@@ -231,7 +231,7 @@ class SQLiteStore(Store):
         # writer that waits here holds no worker thread.
         self.writer = connect(path, limits.wait, synchronous="FULL")
         self.turn = anyio.Lock()
-        # P18': renewals have a connection of their own, so a unit of work never queues
+        # Renewals have a connection of their own, so a unit of work never queues
         # behind one; a renewal lost to a crash needs no sync, the holder died with it.
         self.renewer = connect(path, limits.wait, synchronous="NORMAL")
         self.renewing = anyio.Lock()
@@ -282,7 +282,7 @@ class SQLiteStore(Store):
             self.asiding.release()
 
     def claim_on(self, db: sqlite3.Connection, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
-        """P4, P8, P9, P16, P18: a read; then, if the key may be taken, one write transaction."""
+        """A read; then, if the key may be taken, one write transaction."""
         now = self.clock()
         holder = db.execute(HOLDER, {"key": key, "now": now}).fetchone()
         if holder is not None:
@@ -294,12 +294,12 @@ class SQLiteStore(Store):
     def take(
         self, db: sqlite3.Connection, key: str, fingerprint: bytes, principal: str, now: float
     ) -> Won | Held | Full:
-        """P9, P9', P16, P18: under the write lock, the key claimed, or the record that holds it now."""
+        """Under the write lock, the key claimed, or the record that holds it now."""
         db.execute("BEGIN IMMEDIATE")  # no other writer from here to COMMIT: what is read now stays true
         try:
             new: int = db.execute(IS_NEW, (key,)).fetchone()[0]
             if new and db.execute(COUNT).fetchone()[0] >= self.limits.max_records:
-                db.execute(COUNTED, (-db.execute(PURGE, (now,)).rowcount,))  # P9: only a full store purges
+                db.execute(COUNTED, (-db.execute(PURGE, (now,)).rowcount,))  # only a full store purges
                 if db.execute(COUNT).fetchone()[0] >= self.limits.max_records:
                     db.execute("COMMIT")  # keep the purge
                     return Full()
@@ -311,7 +311,7 @@ class SQLiteStore(Store):
                 db.execute("COMMIT")
                 return Held(holder[0], holder[2])
             share = {"principal": principal, "now": now, "share": self.limits.max_records_per_principal}
-            if db.execute(SHARE_EXCEEDED, share).fetchone()[0]:  # P9': after the claim, so a key another
+            if db.execute(SHARE_EXCEEDED, share).fetchone()[0]:  # After the claim, so a key another
                 db.execute("ROLLBACK")  # process took meanwhile is answered as held, never as full
                 return Full()
             db.execute(COUNTED, (new,))
@@ -346,7 +346,7 @@ class SQLiteStore(Store):
             raise failed(error) from error
 
     async def deleted(self, statement: str, parameters: tuple[str, ...]) -> int:
-        """P9: one DELETE and the count kept in step with it, in one write transaction; how many rows went."""
+        """One DELETE and the count kept in step with it, in one write transaction; how many rows went."""
 
         def delete(db: sqlite3.Connection) -> int:
             db.execute("BEGIN IMMEDIATE")
