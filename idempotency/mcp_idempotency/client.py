@@ -60,6 +60,7 @@ from .rules import (
     RETRYABLE,
     Placement,
     marked_argument,
+    without_key,
 )
 
 __all__ = [
@@ -202,16 +203,6 @@ async def declared_arguments(session: ClientSession) -> Settings | None:
 def model_facing(tools: list[mcp_types.Tool]) -> list[mcp_types.Tool]:
     """The tool list to give a model: each marked key property taken out, so the model never sees or fills it."""
     return [tool.model_copy(update={"input_schema": without_key(tool.input_schema)}) for tool in tools]
-
-
-def without_key(schema: dict[str, Any]) -> dict[str, Any]:
-    """An inputSchema without its marked key property, nor that property among the required."""
-    name = marked_argument(schema)
-    if name is None:
-        return schema
-    properties = {other: value for other, value in schema["properties"].items() if other != name}
-    required = [other for other in schema.get("required", []) if other != name]
-    return {**schema, "properties": properties, **({"required": required} if "required" in schema else {})}
 
 
 # ----------------------------------------------------------------------------
