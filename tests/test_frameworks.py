@@ -29,7 +29,7 @@ FRAMEWORKS = {
 }
 
 
-def played(framework: str, *server_options: str) -> tuple[dict, str]:
+def played(framework: str, *server_options: str, attempts: int = 12) -> tuple[dict, str]:
     """The driver's report (what the model was shown, the tool's answer, the ledger) and the server's decision log."""
     environment, placement = FRAMEWORKS[framework]
     python = framework_python(environment)
@@ -37,7 +37,7 @@ def played(framework: str, *server_options: str) -> tuple[dict, str]:
     with http_process([*server, *server_options]) as started:
         url = listening(*started)
         driver = ROOT / "tests" / "frameworks" / f"{framework}_driver.py"
-        ran = subprocess.run([python, str(driver), url], capture_output=True, text=True, timeout=90)
+        ran = subprocess.run([python, str(driver), url, str(attempts)], capture_output=True, text=True, timeout=90)
         log = started[3]
         log.seek(0)
         decisions = log.read().decode()
@@ -64,7 +64,16 @@ def test_a_key_the_server_refuses_for_good_reaches_the_model_as_a_tool_error_and
     report, decisions = played(framework, "--max-key-length", "16")  # shorter than the integrations' keys
     assert decisions.count("invalid key:") == 1, decisions[-3000:]  # refused once, and not sent again
     assert "claimed:" not in decisions and report["charges"] == 0
-    assert "refused" in report["result"] and "Charged" not in report["result"]
+    assert "efused" in report["result"] and "Charged" not in report["result"]  # Refused, or "The server refused"
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_call_unanswered_after_the_last_attempt_reaches_the_model_as_a_tool_error_saying_so(framework):
+    report, decisions = played(framework, "--charge-delay", "15", attempts=3)  # three 1 s attempts, all in the charge
+    claimed = re.findall(r"claimed: key='([^']+)'", decisions)
+    assert len(claimed) == 1 and decisions.count(f"in progress: key={claimed[0]!r}") == 2, decisions[-3000:]
+    assert "replayed:" not in decisions  # the charge was still running when the integration gave up
+    assert "after 3 attempts" in report["result"] and "Charged" not in report["result"]
 
 
 # Each environment: the integrations it type-checks, against the frameworks installed there (the library's own

@@ -1,7 +1,7 @@
 """langchain-mcp-adapters with the integration's interceptor: charge_guarded called once as an agent's tool node
 calls it, its answer lost; the tool schema the model is given and the ToolMessage it gets (a JSON line on stdout).
 
-    python langchain_driver.py URL      (in .venv-langchain; the server's argument placement, its charge slow)
+    python langchain_driver.py URL ATTEMPTS      (in .venv-langchain; the server's argument placement, its charge slow)
 """
 
 import json
@@ -14,7 +14,8 @@ from langchain_mcp_adapters.client import MultiServerMCPClient
 from mcp_idempotency.integrations.langchain import KeyedArguments
 from mcp_idempotency.resend import Policy
 
-ATTEMPT = Policy(timeout=1.0, attempts=12)  # shorter than the server's charge, so the first answer is lost
+# An attempt shorter than the server's charge, so the first answer is lost; as many attempts as the test says.
+ATTEMPT = Policy(timeout=1.0, attempts=int(sys.argv[2]))
 
 
 def tool_call(name: str, arguments: dict) -> dict:

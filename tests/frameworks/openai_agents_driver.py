@@ -2,7 +2,7 @@
 model calls charge_guarded once, its answer is lost, and the model is shown only the tools and the tool's output
 (a JSON line on stdout).
 
-    python openai_agents_driver.py URL      (in .venv-agents; the server's charge outlasts one attempt)
+    python openai_agents_driver.py URL ATTEMPTS      (in .venv-agents; the server's charge outlasts one attempt)
 """
 
 import json
@@ -17,7 +17,8 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from mcp_idempotency.integrations.openai_agents import KeyedMCPServerStreamableHttp
 from mcp_idempotency.resend import Policy
 
-ATTEMPT = Policy(timeout=1.0, attempts=12)  # shorter than the server's charge, so the first answer is lost
+# An attempt shorter than the server's charge, so the first answer is lost; as many attempts as the test says.
+ATTEMPT = Policy(timeout=1.0, attempts=int(sys.argv[2]))
 
 
 class ScriptedModel(Model):

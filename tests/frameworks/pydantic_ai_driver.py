@@ -1,7 +1,7 @@
 """A pydantic-ai agent with the integration's hook, on FunctionModel: the model calls charge_guarded once, its
 answer is lost, and the model is shown only the tools and the tool's return (a JSON line on stdout).
 
-    python pydantic_ai_driver.py URL      (in .venv-agents; the server's charge outlasts one attempt)
+    python pydantic_ai_driver.py URL ATTEMPTS      (in .venv-agents; the server's charge outlasts one attempt)
 """
 
 import json
@@ -18,7 +18,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from mcp_idempotency.integrations.pydantic_ai import keyed_calls
 from mcp_idempotency.resend import Policy
 
-ATTEMPT = Policy(timeout=1.0, attempts=12)  # shorter than the server's charge, so the first answer is lost
+# An attempt shorter than the server's charge, so the first answer is lost; as many attempts as the test says.
+ATTEMPT = Policy(timeout=1.0, attempts=int(sys.argv[2]))
 shown: list[Any] = []  # every tool definition and tool return the model was handed
 
 
