@@ -45,6 +45,7 @@ def played(framework: str, *server_options: str, attempts: int = 12) -> tuple[di
     return json.loads(ran.stdout.splitlines()[-1]), decisions
 
 
+@pytest.mark.targets("2x-http")
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_lost_answer_is_resent_with_its_key_inside_the_framework_and_charges_once_unseen_by_the_model(framework):
     report, decisions = played(framework, "--charge-delay", CHARGE_SECONDS)
@@ -59,6 +60,7 @@ def test_a_lost_answer_is_resent_with_its_key_inside_the_framework_and_charges_o
     assert "x-mcp-idempotency-key" not in shown  # nor a property it would be asked to fill
 
 
+@pytest.mark.targets("2x-http")
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_key_the_server_refuses_for_good_reaches_the_model_as_a_tool_error_and_is_never_resent(framework):
     report, decisions = played(framework, "--max-key-length", "16")  # shorter than the integrations' keys
@@ -67,6 +69,7 @@ def test_a_key_the_server_refuses_for_good_reaches_the_model_as_a_tool_error_and
     assert "efused" in report["result"] and "Charged" not in report["result"]  # Refused, or "The server refused"
 
 
+@pytest.mark.targets("2x-http")
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_call_unanswered_after_the_last_attempt_reaches_the_model_as_a_tool_error_saying_so(framework):
     report, decisions = played(framework, "--charge-delay", "15", attempts=3)  # three 1 s attempts, all in the charge
