@@ -33,6 +33,8 @@ class KeyedMCPServerStreamableHttp(MCPServerStreamableHttp):
     """A Streamable HTTP MCP server whose tool calls each carry one key, resent until answered."""
 
     def __init__(self, params: MCPServerStreamableHttpParams, *, policy: Policy = Policy(), **options: Any):
+        # The session's read timeout (5 s unless set) would cut every attempt short of the policy's.
+        options.setdefault("client_session_timeout_seconds", policy.timeout)
         super().__init__(params, tool_meta_resolver=key_per_call, **options)
         self.policy = policy
 
