@@ -9,7 +9,7 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
 from .link import Connection, session_for
-from .rules import DEADLINE_SECONDS, DEFAULT_PLACEMENT, EXTENSION_ID, Placement, marked_argument
+from .rules import DEADLINE_SECONDS, DEFAULT_PLACEMENT, EXTENSION_ID, Placement, marked_argument, without_key
 from .stores import LEASE_SECONDS
 
 __all__ = ["Settings", "declared_arguments", "discover_settings", "model_facing"]
@@ -84,12 +84,3 @@ def model_facing(tools: list[mcp_types.Tool]) -> list[mcp_types.Tool]:
     """The tool list to give a model: each marked key property taken out, so the model never sees or fills it."""
     return [tool.model_copy(update={"input_schema": without_key(tool.input_schema)}) for tool in tools]
 
-
-def without_key(schema: dict[str, Any]) -> dict[str, Any]:
-    """An inputSchema without its marked key property, nor that property among the required."""
-    name = marked_argument(schema)
-    if name is None:
-        return schema
-    properties = {other: value for other, value in schema["properties"].items() if other != name}
-    required = [other for other in schema.get("required", []) if other != name]
-    return {**schema, "properties": properties, **({"required": required} if "required" in schema else {})}
