@@ -81,7 +81,7 @@ def test_a_call_unanswered_after_the_last_attempt_reaches_the_model_as_a_tool_er
 
 # Each environment: the integrations it type-checks, against the frameworks installed there (the library's own
 # mypy run leaves them out, having none of the frameworks).
-INTEGRATIONS = {"agents": ["keyed", "fastmcp", "pydantic_ai", "openai_agents"], "langchain": ["langchain"]}
+INTEGRATIONS = {"agents": ["fastmcp", "pydantic_ai", "openai_agents"], "langchain": ["langchain"]}
 
 
 @pytest.mark.parametrize("environment", INTEGRATIONS)

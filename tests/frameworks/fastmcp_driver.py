@@ -10,7 +10,7 @@ import anyio
 import fastmcp
 
 from mcp_idempotency.integrations.fastmcp import call_tool
-from mcp_idempotency.resend import NoAnswer, Policy, Refused
+from mcp_idempotency.resend import GaveUp, KeyRefused, Policy
 
 # An attempt shorter than the server's charge, so the first answer is lost; as many attempts as the test says.
 ATTEMPT = Policy(timeout=1.0, attempts=int(sys.argv[2]))
@@ -21,7 +21,7 @@ async def main(url: str) -> None:
     async with fastmcp.Client(url) as client:
         try:
             answer = (await call_tool(client, "charge_guarded", {"amount": 7}, policy=ATTEMPT)).content[0].text
-        except (Refused, NoAnswer) as failed:  # no model here: the caller gets the exception
+        except (KeyRefused, GaveUp) as failed:  # no model here: the caller gets the exception
             answer = f"{type(failed).__name__}: {failed}"
         shown = [tool.model_dump(mode="json") for tool in await client.list_tools()]
         ledger = await client.call_tool("get_balance", {})

@@ -4,9 +4,10 @@
         result = await call_tool(client, "charge", {"amount": 7}, policy=Policy(timeout=10))
 
 fastmcp sends a call once and raises on a timeout. `call_tool` puts one key in the call's
-_meta and sends that same request again after a timeout, a lost connection, or an answer
-that says the call is still running; it raises `Refused` when the server refuses the key for
-good and `NoAnswer` after its last attempt.
+_meta and sends that same request again, by the client half's own loop (`mcp_idempotency.resend`):
+after a timeout, a lost connection, or an answer that says the call is still running, until the
+key can no longer be in progress. It raises `KeyRefused` when the server refuses the key for
+good and `GaveUp` (with the key and when it was first sent) after its last attempt.
 """
 
 from typing import Any
@@ -14,8 +15,9 @@ from typing import Any
 import mcp_types
 from fastmcp import Client
 
-from ..resend import Policy, resend
-from .keyed import key_meta, protocol_error
+from ..client import MCP2
+from ..resend import Policy, new_key, resend, timed
+from ..rules import META_KEY
 
 __all__ = ["call_tool"]
 
@@ -24,5 +26,8 @@ async def call_tool(
     client: Client[Any], name: str, arguments: dict[str, Any], *, policy: Policy = Policy()
 ) -> mcp_types.CallToolResult:
     """One logical tools/call through fastmcp's `client`: one key, the very same request until it is answered."""
-    meta = key_meta()
-    return await resend(lambda: client.call_tool_mcp(name, arguments, meta=meta), protocol_error, policy)
+    key = new_key()
+    meta = {META_KEY: key}
+    return await resend(
+        timed(lambda: client.call_tool_mcp(name, arguments, meta=meta), policy.timeout), MCP2, key, policy
+    )

@@ -17,7 +17,6 @@ answer after the last attempt, comes back as an error result, which the adapter 
 model as the tool's error.
 """
 
-import uuid
 from collections.abc import Awaitable, Callable
 
 from langchain_core.tools import BaseTool
@@ -25,15 +24,38 @@ from langchain_mcp_adapters.interceptors import MCPToolCallRequest, MCPToolCallR
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult, TextContent
 
-from ..resend import NoAnswer, Policy, ProtocolError, Refused, for_the_model, resend
+from ..resend import (
+    GaveUp,
+    KeyRefused,
+    Policy,
+    ProtocolError,
+    Reader,
+    flattened,
+    for_the_model,
+    new_key,
+    resend,
+    text_of,
+    timed,
+)
 from ..rules import marked_argument, without_key
 
 __all__ = ["KeyedArguments"]
 
 
-def protocol_error(raised: BaseException) -> ProtocolError | None:
+def raised_error(raised: BaseException) -> ProtocolError | None:
     """The JSON-RPC error the 1.x SDK raised, or None: the exception is not one."""
     return raised.error if isinstance(raised, McpError) else None
+
+
+def rejection_in(result: MCPToolCallResult) -> ProtocolError | None:
+    """The rejection a gateway turned into the tool's result, or None: it is the call's answer."""
+    if not isinstance(result, CallToolResult):  # a message or command an interceptor made: no server's answer
+        return None
+    return flattened(result.isError, result.meta, text_of(result.content))
+
+
+# How the 1.x SDK, under the adapter, shows a rejection, raised or flattened by a gateway.
+MCP1: Reader[MCPToolCallResult] = Reader(raised_error, rejection_in)
 
 
 class KeyedArguments:
@@ -61,8 +83,9 @@ class KeyedArguments:
         name = self.key_arguments.get(request.name)
         if name is None:  # the tool marks no key, or was not given to the model through model_facing
             return await handler(request)
-        keyed = request.override(args={**request.args, name: str(uuid.uuid4())})
+        key = new_key()
+        keyed = request.override(args={**request.args, name: key})
         try:
-            return await resend(lambda: handler(keyed), protocol_error, self.policy)
-        except (Refused, NoAnswer) as failed:
+            return await resend(timed(lambda: handler(keyed), self.policy.timeout), MCP1, key, self.policy)
+        except (KeyRefused, GaveUp) as failed:
             return CallToolResult(content=[TextContent(type="text", text=for_the_model(failed))], isError=True)

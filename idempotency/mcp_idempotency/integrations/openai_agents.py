@@ -17,16 +17,16 @@ from agents.mcp import MCPServerStreamableHttp, MCPServerStreamableHttpParams
 from agents.mcp.util import MCPToolMetaContext
 from mcp_types import CallToolResult, TextContent
 
-from ..resend import NoAnswer, Policy, Refused, for_the_model, resend
+from ..client import MCP2
+from ..resend import GaveUp, KeyRefused, Policy, for_the_model, new_key, resend, timed
 from ..rules import META_KEY
-from .keyed import key_meta, protocol_error
 
 __all__ = ["KeyedMCPServerStreamableHttp", "key_per_call"]
 
 
 def key_per_call(context: MCPToolMetaContext) -> dict[str, Any]:
     """The `tool_meta_resolver`: a fresh key for each tool call the model makes."""
-    return key_meta()
+    return {META_KEY: new_key()}
 
 
 class KeyedMCPServerStreamableHttp(MCPServerStreamableHttp):
@@ -46,6 +46,8 @@ class KeyedMCPServerStreamableHttp(MCPServerStreamableHttp):
         if meta is None or META_KEY not in meta:  # a call made outside the SDK's tool path: no key, sent once
             return await send(tool_name, arguments, meta)
         try:
-            return await resend(lambda: send(tool_name, arguments, meta), protocol_error, self.policy)
-        except (Refused, NoAnswer) as failed:  # an error result, whose text the SDK hands the model as it is
+            return await resend(
+                timed(lambda: send(tool_name, arguments, meta), self.policy.timeout), MCP2, meta[META_KEY], self.policy
+            )
+        except (KeyRefused, GaveUp) as failed:  # an error result, whose text the SDK hands the model as it is
             return CallToolResult(content=[TextContent(type="text", text=for_the_model(failed))], is_error=True)

@@ -17,16 +17,25 @@ from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ModelRetry, ToolFailed
 from pydantic_ai.mcp import CallToolFunc, ProcessToolCallback, ToolResult
 
-from ..resend import NoAnswer, Policy, ProtocolError, Refused, for_the_model, resend
-from . import keyed
+from ..client import MCP2
+from ..resend import GaveUp, KeyRefused, Policy, ProtocolError, Reader, flattened, for_the_model, new_key, resend, timed
+from ..rules import META_KEY
 
 __all__ = ["keyed_calls"]
 
 
-def protocol_error(raised: BaseException) -> ProtocolError | None:
-    """The JSON-RPC error behind the toolset's ModelRetry, which is how it reports every protocol error."""
-    cause = raised.__cause__ if isinstance(raised, ModelRetry) else raised
-    return keyed.protocol_error(cause) if cause is not None else None
+def raised_error(raised: BaseException) -> ProtocolError | None:
+    """The JSON-RPC error behind the toolset's ModelRetry, which is how it reports every protocol error and every
+    isError result; of the latter it passes on only the text, so a rejection a gateway flattened is read there."""
+    if not isinstance(raised, ModelRetry):
+        return MCP2.error(raised)
+    if raised.__cause__ is not None:
+        return MCP2.error(raised.__cause__)
+    return flattened(True, None, raised.message)  # no _meta came with it, so no acknowledgement
+
+
+# The toolset raises every rejection: a result it returns is the tool's answer.
+READER: Reader[ToolResult] = Reader(raised_error, lambda answer: None)
 
 
 def keyed_calls(policy: Policy = Policy()) -> ProcessToolCallback:
@@ -36,10 +45,13 @@ def keyed_calls(policy: Policy = Policy()) -> ProcessToolCallback:
         ctx: RunContext[Any], call_tool: CallToolFunc, name: str, arguments: dict[str, Any]
     ) -> ToolResult:
         """One tool call of the model's, keyed, and sent again while its answer is lost."""
-        meta = keyed.key_meta()
+        key = new_key()
+        meta = {META_KEY: key}
         try:
-            return await resend(lambda: call_tool(name, arguments, metadata=meta), protocol_error, policy)
-        except (Refused, NoAnswer) as failed:
+            return await resend(
+                timed(lambda: call_tool(name, arguments, metadata=meta), policy.timeout), READER, key, policy
+            )
+        except (KeyRefused, GaveUp) as failed:
             raise ToolFailed(for_the_model(failed)) from None
 
     return process_tool_call
