@@ -11,9 +11,12 @@ models are the frameworks' test doubles or a scripted one: no network, no LLM.
 import json
 import re
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 from framework_envs import framework_python
+from gateway_runs import ROUTES, server_command
 from kit_targets import http_process, listening
 from wire import ROOT, SDK2_SERVER, sdk2_python
 
@@ -31,18 +34,23 @@ FRAMEWORKS = {
 
 def played(framework: str, *server_options: str, attempts: int = 12) -> tuple[dict, str]:
     """The driver's report (what the model was shown, the tool's answer, the ledger) and the server's decision log."""
-    environment, placement = FRAMEWORKS[framework]
-    python = framework_python(environment)
+    _, placement = FRAMEWORKS[framework]
     server = [sdk2_python(), *SDK2_SERVER, "--store", "memory", "--verbose", "--placement", placement]
     with http_process([*server, *server_options]) as started:
-        url = listening(*started)
-        driver = ROOT / "tests" / "frameworks" / f"{framework}_driver.py"
-        ran = subprocess.run([python, str(driver), url, str(attempts)], capture_output=True, text=True, timeout=90)
+        report = driven(framework, listening(*started), attempts)
         log = started[3]
         log.seek(0)
         decisions = log.read().decode()
+    return report, decisions
+
+
+def driven(framework: str, url: str, attempts: int) -> dict:
+    """The framework's driver run once against `url` in its environment: its report."""
+    python = framework_python(FRAMEWORKS[framework][0])
+    driver = ROOT / "tests" / "frameworks" / f"{framework}_driver.py"
+    ran = subprocess.run([python, str(driver), url, str(attempts)], capture_output=True, text=True, timeout=90)
     assert ran.returncode == 0, ran.stderr[-3000:]
-    return json.loads(ran.stdout.splitlines()[-1]), decisions
+    return json.loads(ran.stdout.splitlines()[-1])
 
 
 @pytest.mark.targets("2x-http")
@@ -77,6 +85,27 @@ def test_a_call_unanswered_after_the_last_attempt_reaches_the_model_as_a_tool_er
     assert len(claimed) == 1 and decisions.count(f"in progress: key={claimed[0]!r}") == 2, decisions[-3000:]
     assert "replayed:" not in decisions  # the charge was still running when the integration gave up
     assert "after 3 attempts" in report["result"] and "Charged" not in report["result"]
+
+
+@pytest.mark.targets("2x-http")
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_behind_a_gateway_that_flattens_rejections_into_tool_errors_the_integration_still_waits_for_the_answer(
+    framework,
+):
+    # fastmcp's proxy turns the server's "still running" rejection into an isError text result: the integration
+    # must read it as that rejection (the client half's reading, which every integration shares), not as the answer.
+    with tempfile.TemporaryDirectory(prefix="sep3182-gateway-") as folder:
+        log = Path(folder) / "server.log"
+        log.touch()
+        server = server_command(FRAMEWORKS[framework][1], log, "--charge-delay", CHARGE_SECONDS)
+        with ROUTES["fastmcp proxy"](server) as gateway:
+            report = driven(framework, f"http://127.0.0.1:{gateway.port}/mcp", 12)
+            ledger = gateway.ledger()
+        said = log.read_text()
+    assert len(re.findall(r"claimed: key=", said)) == 1, said
+    assert "in progress: key=" in said, f"no retry met the running charge, so nothing was tested:\n{said}"
+    assert "replayed: key=" in said, f"the integration took the flattened rejection for the answer:\n{said}"
+    assert "Charged 7. New balance: 7" in report["result"] and ledger["charges"] == 1
 
 
 # Each environment: the integrations it type-checks, against the frameworks installed there (the library's own
