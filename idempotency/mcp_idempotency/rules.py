@@ -55,6 +55,7 @@ __all__ = [
     "scoped_key",
     "sent_key",
     "undeclared",
+    "without_key",
 ]
 
 
@@ -263,6 +264,16 @@ def marked_argument(input_schema: Mapping[str, Any]) -> str | None:
         return None
     marked = [name for name, schema in properties.items() if isinstance(schema, Mapping) and schema.get(ARGUMENT_MARK)]
     return marked[0] if len(marked) == 1 else None  # two marks say no one key: the tool takes none
+
+
+def without_key(schema: dict[str, Any]) -> dict[str, Any]:
+    """An inputSchema as a model should see it: without its marked key property, nor that property among required."""
+    name = marked_argument(schema)
+    if name is None:
+        return schema
+    properties = {other: value for other, value in schema["properties"].items() if other != name}
+    required = [other for other in schema.get("required", []) if other != name]
+    return {**schema, "properties": properties, **({"required": required} if "required" in schema else {})}
 
 
 def sent_key(params: Mapping[str, Any], placement: Placement, key_argument: str | None = None) -> Any:
