@@ -4,8 +4,8 @@ What a valid key is, when two calls are the same request, the window
 and the bound kept by default, and how each rejection reads on the wire:
 the SEP's rules only, nothing of any server's tools. server.py (mcp 1.x)
 holds its own copy of each, the one copy of logic kept on purpose, so that it reads
-alone beside the SEP; tests/ checks both servers on the wire with the same rows, so
-the two cannot drift apart unseen.
+alone beside the SEP; the repository's tests hold both servers on the wire to the same
+rules, so the two cannot drift apart unseen.
 """
 
 import enum
@@ -113,9 +113,9 @@ def fingerprint(tool: str, arguments: dict[str, Any] | None, key_argument: str |
     # Unicode normalisation; absent arguments count as {} and _meta is never
     # passed in. pydantic's serialiser costs a fraction of json.dumps;
     # "constants" keeps an infinity apart from null. BLAKE2b is not the cheaper
-    # digest: SHA-256 measured cheaper at every size (benchmarks/RESULTS.md, 2b). It
-    # stays because a new digest changes every stored fingerprint, so a retry across
-    # the upgrade would read as a conflict (docs/costs.md): a schema version's change.
+    # digest: SHA-256 measured cheaper at every size. It stays because a new digest
+    # changes every stored fingerprint, so a retry across the upgrade would read as a
+    # conflict: a schema version's change.
     others = {name: value for name, value in (arguments or {}).items() if name != key_argument}
     text = to_json([tool, as_json_value(others)], inf_nan_mode="constants")
     return hashlib.blake2b(text, digest_size=32).digest()
@@ -252,7 +252,7 @@ class Placement(enum.Enum):
     ARGUMENT = "argument"  # params.arguments[the property marked ARGUMENT_MARK in the tool's inputSchema]
 
 
-# The extension's _meta key unless a server picks another (docs/options.md): it survives every
+# The extension's _meta key unless a server picks another: it survives every
 # SDK and re-serialising proxy measured, the model never sees it, and no core schema changes.
 DEFAULT_PLACEMENT = Placement.META
 

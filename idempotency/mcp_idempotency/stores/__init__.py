@@ -116,7 +116,7 @@ def may_take(status: str, stored_fingerprint: bytes, deadline_passed: bool, fing
     takes it over, while another request under the key is still a conflict (it must never
     run with the original's key). This is the rule's one statement in Python: the memory
     store calls it, and the SQL stores' copies, which must decide inside the database in
-    one atomic step, are checked against it by tests/test_store.py."""
+    one atomic step, are checked against it by the repository's store tests."""
     return deadline_passed and (status == "completed" or stored_fingerprint == fingerprint)
 
 

@@ -17,7 +17,7 @@ from one transaction to the next, so the store then rests nothing on the session
 sends no session settings (pgbouncer refuses them at connect) but finds them on the
 database, or refuses to start with the one line that sets them; and it turns asyncpg's
 named prepared statements off (pgbouncer before 1.21 loses them), so each statement
-takes two round trips instead of one. Tested behind pgbouncer 1.18 (tests/test_pooler.py).
+takes two round trips instead of one. Tested behind pgbouncer 1.18.
 """
 
 import contextlib

@@ -12,8 +12,8 @@
 -- principal's share lock meanwhile, so that principal's new keys wait behind it,
 -- for the store's lock wait at most. Whether a record past its deadline may be
 -- taken is `may_take` in mcp_idempotency/stores/__init__.py, written here twice in SQL
--- (the read, and the insert's WHERE, which re-decides atomically); tests/test_store.py
--- checks this function against it.
+-- (the read, and the insert's WHERE, which re-decides atomically); the repository's
+-- store tests check this function against it.
 CREATE FUNCTION idempotency_claim(claim_key text, claim_principal text, claim_fingerprint bytea, claim_owner text,
                                   lease_seconds float8, max_records bigint, max_per_principal bigint)
 RETURNS TABLE (status text, fingerprint bytea, outcome text) LANGUAGE plpgsql AS $$
