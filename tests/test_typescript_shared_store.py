@@ -13,7 +13,7 @@ from contextlib import ExitStack
 
 import pytest
 from conftest import postgres_database
-from kit_targets import KIT, SHORT_LEASE, VARIANTS, typescript_server
+from kit_targets import KIT, SHORT_DEADLINE, SHORT_LEASE, VARIANTS, typescript_server
 from node_packages import typescript_built
 from wire import LegacyStdioWire, start
 
@@ -62,15 +62,16 @@ def test_another_request_under_a_key_the_other_language_holds_is_a_conflict(both
 
 
 def test_the_kit_passes_on_the_typescript_server_on_postgresql(tmp_path):
-    """The whole kit, each of its servers (main, slow, short window, bounded, short lease) on a PostgreSQL database
-    of its own, the records and the ledger there: every check a server without authorisation can meet passes."""
+    """The whole kit, each of its servers (main, slow, short window, bounded, short lease and deadline) on a
+    PostgreSQL database of its own, the records and the ledger there: every check a server without authorisation
+    can meet passes."""
     typescript_built()
     with ExitStack() as databases:
         options = []
         for variant, server_args in VARIANTS.items():
             url = databases.enter_context(postgres_database())
-            lease = SHORT_LEASE if variant == "short-lease-" else []
-            server = [*typescript_server(), "--store", url, *server_args, *lease]
+            bounds = {"short-lease-": SHORT_LEASE, "short-deadline-": SHORT_DEADLINE}.get(variant, [])
+            server = [*typescript_server(), "--store", url, *server_args, *bounds]
             options += [f"--{variant}command", subprocess.list2cmdline(server)]
         report = tmp_path / "checks.json"
         ran = subprocess.run(

@@ -6,6 +6,7 @@
 //   node typescript/dist/server.js [--transport stdio|http] [--host 127.0.0.1] [--port 8000] [--retention S]
 //                                  [--max-records N] [--charge-delay S] [--placement params|meta]
 //                                  [--store memory|postgresql://...] [--lease S] [--max-records-per-principal N]
+//                                  [--deadline S]
 //                                  [--allow-unauthenticated] [--verbose]
 //
 // 1. the ledger and its four tools, which know nothing about idempotency but the unit of work
@@ -44,6 +45,7 @@ interface Settings {
   placement: Placement;
   store: string; // memory, or postgresql://... shared with other instances in either language
   lease: number; // seconds a dead holder keeps its key on a shared store
+  deadline: number; // seconds a keyed run may take before it is stopped and that recorded
   share: number; // one principal's live records at most
   allowUnauthenticated: boolean; // P10': serve one tenant off loopback, on purpose
   verbose: boolean;
@@ -78,6 +80,7 @@ function settingsFrom(argv: string[]): Settings {
       placement: { type: "string", default: "params" },
       store: { type: "string", default: "memory" },
       lease: { type: "string", default: String(rules.LEASE_SECONDS) },
+      deadline: { type: "string", default: String(rules.DEADLINE_SECONDS) },
       "max-records-per-principal": { type: "string", default: String(rules.MAX_RECORDS_PER_PRINCIPAL) },
       "allow-unauthenticated": { type: "boolean", default: false },
       verbose: { type: "boolean", default: false },
@@ -103,6 +106,7 @@ function settingsFrom(argv: string[]): Settings {
     placement: values.placement,
     store: values.store,
     lease: number("lease", values.lease, { above: 0 }),
+    deadline: number("deadline", values.deadline, { above: 0 }),
     share: number("max-records-per-principal", values["max-records-per-principal"], { min: 1 }),
     allowUnauthenticated: values["allow-unauthenticated"],
     verbose: values.verbose,
@@ -242,6 +246,7 @@ if (refusal !== null) {
 const where = settings.transport === "stdio" ? "stdio" : `http://${settings.host}:${settings.port}/mcp`;
 const keys = await Idempotency.open({
   store: settings.store, retention: settings.retention, lease: settings.lease, maxRecords: settings.maxRecords,
+  deadline: settings.deadline,
   maxRecordsPerPrincipal: settings.share,
   placement: settings.placement,
   tables: LEDGER_TABLES, log: (line) => { if (settings.verbose) process.stderr.write(`idempotency: ${line}\n`); },

@@ -1,7 +1,7 @@
 // A shop written from the package README alone: a payment kept in the store, and a receipt e-mailed elsewhere.
 //
 //   node dist-examples/shop.js --store postgresql://... [--outbox PATH] [--delay S] [--retention S] [--lease S]
-//                              [--max-records N]
+//                              [--max-records N] [--deadline S]
 //
 // `pay` writes its effect in the store, in the layer's unit of work: the payment and the record of the call
 // commit together. `send_receipt` has its effect elsewhere: a line appended to the --outbox file, standing for a
@@ -21,12 +21,13 @@ const { values } = parseArgs({ options: {
   delay: { type: "string", default: "0" },
   retention: { type: "string", default: "86400" },
   lease: { type: "string", default: "30" },
+  deadline: { type: "string", default: "600" },
   "max-records": { type: "string", default: "10000" },
 } });
 
 const BALANCES = "CREATE TABLE IF NOT EXISTS balances (account text PRIMARY KEY, balance bigint NOT NULL, payments bigint)";
 const keys = await Idempotency.open({ store: values.store, tables: [BALANCES], retention: Number(values.retention),
-  lease: Number(values.lease), maxRecords: Number(values["max-records"]) });
+  lease: Number(values.lease), maxRecords: Number(values["max-records"]), deadline: Number(values.deadline) });
 const server = new McpServer({ name: "shop", version: "1.0" });
 const payment = { account: z.string(), amount: z.number().int() };
 

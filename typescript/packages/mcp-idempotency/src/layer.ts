@@ -44,7 +44,11 @@ interface Run {
 }
 
 const UNSAFE_INTEGER = "arguments hold an integer beyond 2^53, which this server cannot compare exactly";
-const PAST_DEADLINE = { code: -32603, message: "the tool call ran past its deadline and was ended; nothing was recorded" };
+// What a run stopped at its deadline tells its caller and every retry of its key, as the Python library says it.
+const DEADLINE_PASSED = (seconds: number) => ({
+  code: -32603,
+  message: `the tool did not finish in ${seconds} s and was stopped; its effect is unknown: check, then use a new key`,
+});
 
 /** Python's repr of a key, so that the log reads as the Python library's (`key='k'`). */
 function repr(text: string): string {
@@ -293,17 +297,28 @@ export class Keyed<Inner extends Transport> implements Transport {
     }
   }
 
-  /** A run past its deadline is ended: the SDK aborts its handler, its writes roll back, its key is given back. */
+  /** A run past its deadline is ended: the SDK aborts its handler, its writes roll back, and that failure is
+   * recorded, not given back: the tool may have had an effect outside the store, which a run anew could repeat. */
   async pastDeadline(message: JSONRPCRequest, run: Run): Promise<void> {
     if (this.runs.get(message.id) !== run) return;
     this.runs.delete(message.id);
     this.keys.running.delete(run.storeKey);
     this.onmessage?.({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: message.id, reason: "deadline" } });
     await run.tx.rollback().catch(() => {});
-    await this.giveBack(run);
-    this.keys.log(`past deadline: key=${repr(run.key)}, released`);
+    const failure = { error: DEADLINE_PASSED(this.keys.deadline) };
+    const tx = this.keys.store.begin();
+    let answer: { error: object } = failure;
+    try {
+      tx.complete(run.storeKey, run.fingerprint, JSON.stringify(failure));
+      if (!(await tx.commit())) answer = { error: rules.rejection(rules.IN_PROGRESS, run.key) }; // taken over meanwhile
+      this.keys.log(`deadline passed: key=${repr(run.key)}, its run was stopped after ${this.keys.deadline} s`);
+    } catch (error) {
+      await this.giveBack(run);
+      this.keys.log(`store unavailable: key=${repr(run.key)}, nothing recorded (${String(error)})`);
+      answer = { error: rules.rejection(rules.STORE_UNAVAILABLE, run.key) };
+    }
     if (this.runs.size === 0) this.settle();
-    if (!run.cancelled) await this.reply(message, { error: PAST_DEADLINE });
+    if (!run.cancelled) await this.reply(message, answer);
   }
 
   /** Give the key back; if the store cannot even do that, its lease frees the key. */

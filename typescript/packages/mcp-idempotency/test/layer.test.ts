@@ -170,11 +170,14 @@ describe("a run's time", () => {
     await first;
     expect(effects.count).toBe(1);
   });
-  it("a run past its deadline is ended with an error and its key given back, nothing recorded", async () => {
-    const { client } = await connected({ deadline: 0.1 });
+  it("a run past its deadline is ended, and that it was stopped is recorded: its retry is told so, and runs nothing", async () => {
+    const { client, effects } = await connected({ deadline: 0.1 });
     const error = await refusal(call(client, "slow", { ms: 400 }, "k"));
-    expect(error.message).toContain("deadline");
-    const again = await refusal(call(client, "slow", { ms: 400 }, "k")); // claimed anew, not replayed
-    expect(again.message).toContain("deadline");
+    expect(error.message).toContain("was stopped; its effect is unknown");
+    await new Promise((resolve) => setTimeout(resolve, 500)); // the aborted handler's own sleep is over
+    const before = effects.count;
+    const again = await refusal(call(client, "slow", { ms: 400 }, "k")); // replayed, never claimed anew
+    expect(again.message).toBe(error.message);
+    expect(effects.count).toBe(before);
   });
 });
