@@ -55,7 +55,18 @@ from .rules import (
 )
 from .stores import LEASE_SECONDS
 
-__all__ = ["GaveUp", "KeyRefused", "Policy", "Reader", "Settings", "WindowPassed", "new_key", "resend", "timed"]
+__all__ = [
+    "GaveUp",
+    "KeyRefused",
+    "Policy",
+    "Reader",
+    "Settings",
+    "WindowPassed",
+    "flattened",
+    "new_key",
+    "resend",
+    "timed",
+]
 
 log = logging.getLogger("idempotency.client")
 
