@@ -47,6 +47,7 @@ import mcp_types
 from mcp.shared.exceptions import MCPError
 
 from .discovery import Settings, discover_settings, model_facing
+from .errors import IdempotencyError
 from .keyed_call import KeyedCall, KeyedCallParams
 from .link import Connection, reopenable, sent
 from .resend import (
@@ -75,7 +76,6 @@ __all__ = [
     "call_tool",
     "discover_settings",
     "honoured",
-    "keyed_request",
     "model_facing",
     "new_key",
 ]
@@ -84,8 +84,9 @@ __all__ = [
 TIMED_OUT = mcp_types.REQUEST_TIMEOUT
 
 
-class KeyTooLong(ValueError):
-    """A caller's key longer than the server's maxKeyLength: refused here, before anything is sent."""
+class KeyTooLong(IdempotencyError, ValueError):
+    """Raised by call_tool to a caller whose own key is longer than the server's maxKeyLength: refused before
+    anything is sent, so the server sees nothing."""
 
 
 # ----------------------------------------------------------------------------

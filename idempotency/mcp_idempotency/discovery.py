@@ -8,7 +8,7 @@ from .link import Connection, session_for
 from .resend import Settings
 from .rules import Placement, marked_argument, without_key
 
-__all__ = ["Settings", "declared_arguments", "discover_settings", "model_facing"]
+__all__ = ["Settings", "discover_settings", "model_facing"]
 
 
 async def discover_settings(

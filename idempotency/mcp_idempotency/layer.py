@@ -48,13 +48,14 @@ from pydantic import BaseModel, Field
 from pydantic_core import from_json
 
 from . import rules, stores
+from .errors import InvalidSetting, ServerMisconfigured
 from .keyed_run import KeyedRun, Runs, Work, runs_kept
 from .outcomes import AsksAgain, Outcome, internal_error, recorded, rejection
 from .probe import why_the_key_is_hidden
 from .rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE, Placement
 from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won, checked_url, open_store
 
-__all__ = ["Idempotency", "Outcome", "Principal", "as_mapping", "one_tenant", "rejection", "token_principal"]
+__all__ = ["Idempotency", "Principal", "one_tenant", "token_principal"]
 
 log = logging.getLogger("idempotency")
 
@@ -97,7 +98,7 @@ def token_principal() -> Principal:
     # unique only within its issuer (RFC 7519), so the issuer is part of it.
     token = get_access_token()
     if token is None or token.claims is None or token.subject is None:  # fail closed, never one tenant by accident
-        raise RuntimeError("authorisation is on, but no verified access token reached the dispatch layer")
+        raise ServerMisconfigured("authorisation is on, but no verified access token reached the dispatch layer")
     return str(token.claims["iss"]), token.subject
 
 
@@ -168,7 +169,7 @@ def checked_deadlines(deadlines: Mapping[str, float]) -> dict[str, float]:
     """Each tool's own deadline, in seconds, finite and above zero; any other is refused at construction."""
     for tool, seconds in deadlines.items():
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
-            raise ValueError(f"deadlines[{tool!r}]={seconds!r}: a deadline must be a finite number above zero")
+            raise InvalidSetting(f"deadlines[{tool!r}]={seconds!r}: a deadline must be a finite number above zero")
     return dict(deadlines)
 
 
@@ -221,7 +222,7 @@ class Idempotency(Extension):
             refusal = NOT_ADVERTISED  # clients would never learn that they may send keys
         if refusal is not None:
             log.error("%s", refusal)
-            raise RuntimeError(refusal)
+            raise ServerMisconfigured(refusal)
         # Which tools take a key, and in which argument, read from the tool list once, as the server starts.
         tools = await server.list_tools() if self.placement is Placement.ARGUMENT or self.deadlines else []
         self.key_arguments = {tool.name: name for tool in tools if (name := rules.marked_argument(tool.input_schema))}
@@ -229,7 +230,7 @@ class Idempotency(Extension):
         if unknown:  # a typo would leave that tool on the server's deadline, unnoticed
             refusal = f"deadlines= names no tool of this server: {', '.join(unknown)}; name the tools as listed"
             log.error("%s", refusal)
-            raise RuntimeError(refusal)
+            raise ServerMisconfigured(refusal)
         # The runs end before the store closes under them, and a run may use the store until it ends.
         try:
             async with self.opened_store() as store, runs_kept(self.limits.lease) as runs:
@@ -252,14 +253,14 @@ class Idempotency(Extension):
     def store(self) -> Store:
         """The open store; only while the server runs."""
         if self._store is None:
-            raise RuntimeError(NOT_OPEN)
+            raise ServerMisconfigured(NOT_OPEN)
         return self._store
 
     @property
     def runs(self) -> Runs:
         """The keyed runs under way; only while the server runs."""
         if self._runs is None:
-            raise RuntimeError(NOT_OPEN)
+            raise ServerMisconfigured(NOT_OPEN)
         return self._runs
 
     def transaction(self) -> UnitOfWork:

@@ -31,7 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-__all__ = ["CONNECTION_LOST", "Connection", "reopenable", "sent", "session_for"]
+__all__ = ["Connection"]
 
 # How the 2.x SDK's client says the transport went away with a request outstanding.
 CONNECTION_LOST = mcp_types.CONNECTION_CLOSED

@@ -40,6 +40,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 
+from .errors import IdempotencyError
 from .rules import (
     ACKNOWLEDGEMENT,
     CONFLICT,
@@ -58,17 +59,12 @@ __all__ = [
     "GaveUp",
     "KeyRefused",
     "Policy",
-    "ProtocolError",
     "Reader",
-    "Rejection",
     "Settings",
     "WindowPassed",
-    "acknowledged",
     "flattened",
-    "for_the_model",
     "new_key",
     "resend",
-    "text_of",
     "timed",
 ]
 
@@ -184,16 +180,18 @@ class Reader(Generic[T]):
     rejection: Callable[[T], ProtocolError | None]
 
 
-class KeyRefused(Exception):
-    """The server refused the key for good: a conflict (the key was used with other arguments) or an invalid key."""
+class KeyRefused(IdempotencyError):
+    """Raised by call_tool (and the integrations) when the server refused the key for good: a conflict (the key
+    was used with other arguments) or an invalid key; `error` is the server's rejection, and nothing is resent."""
 
     def __init__(self, error: ProtocolError):
         super().__init__(f"{rejection_type(error)}: {error.message}")
         self.error = error
 
 
-class GaveUp(Exception):
-    """Every attempt ended without an answer; `key` and `first_sent` resume the same logical call later."""
+class GaveUp(IdempotencyError):
+    """Raised by call_tool (and the integrations) when every attempt ended without an answer; the outcome is
+    unknown, and `key` and `first_sent` resume the same logical call later."""
 
     def __init__(self, key: str, attempts: int, last: ProtocolError, first_sent: float):
         super().__init__(f"no answer after {attempts} attempts (last: {last.message}); key {key}")
@@ -202,8 +200,9 @@ class GaveUp(Exception):
 
 
 class WindowPassed(GaveUp):
-    """The server's retention window has passed since the first attempt: it may have forgotten the key,
-    so sending it again could run the call a second time. Nothing more is sent."""
+    """Raised by call_tool (and the integrations) when the server's retention window has passed since the first
+    attempt: it may have forgotten the key, so sending it again could run the call a second time. Nothing more
+    is sent; the outcome is unknown."""
 
     def __init__(self, key: str, attempts: int, last: ProtocolError, first_sent: float, window: float):
         super().__init__(key, attempts, last, first_sent)

@@ -17,46 +17,9 @@ from typing import Any
 
 from pydantic_core import to_json
 
-__all__ = [
-    "ACKNOWLEDGEMENT",
-    "ARGUMENT_MARK",
-    "CLIENT_CAPABILITIES",
-    "CONFLICT",
-    "DEADLINE_SECONDS",
-    "DEFAULT_PLACEMENT",
-    "ERROR_CODE",
-    "EXTENSION_ID",
-    "INTERNAL_ERROR",
-    "INVALID_KEY",
-    "IN_PROGRESS",
-    "MAX_KEY_LENGTH",
-    "MAX_RECORDS",
-    "MAX_RECORDS_PER_PRINCIPAL",
-    "META_KEY",
-    "RETENTION_SECONDS",
-    "RETRYABLE",
-    "STORE_FULL",
-    "STORE_UNAVAILABLE",
-    "URL_ELICITATION_REQUIRED",
-    "InvalidKey",
-    "Placement",
-    "acknowledgement",
-    "advertise",
-    "as_json_value",
-    "capability",
-    "checked_key",
-    "declared",
-    "downstream_key",
-    "fingerprint",
-    "marked_argument",
-    "principal_name",
-    "principal_of",
-    "rejection",
-    "scoped_key",
-    "sent_key",
-    "undeclared",
-    "without_key",
-]
+from .errors import IdempotencyError
+
+__all__ = ["ARGUMENT_MARK", "EXTENSION_ID", "META_KEY", "InvalidKey", "Placement", "checked_key"]
 
 
 # ----------------------------------------------------------------------------
@@ -73,8 +36,9 @@ MAX_KEY_LENGTH = 255
 JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", dict: "an object", list: "an array"}
 
 
-class InvalidKey(ValueError):
-    """An idempotencyKey that is neither absent nor a string of 1 to the server's longest characters."""
+class InvalidKey(IdempotencyError, ValueError):
+    """Raised by checked_key for an idempotencyKey that is neither absent nor a string of 1 to the server's longest
+    characters; the layer turns it into the invalid-key rejection the client sees, and runs nothing."""
 
 
 def checked_key(value: Any, longest: int) -> str | None:

@@ -64,26 +64,20 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from ..errors import IdempotencyError, InvalidSetting
 from ..rules import DEADLINE_SECONDS, MAX_KEY_LENGTH, MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, RETENTION_SECONDS
-from .unit_of_work import Completion, Row, StoreUnavailable, Transaction, UnitOfWork, UnitOfWorkMisused
+from .unit_of_work import Row, StoreUnavailable, Transaction, UnitOfWork, UnitOfWorkMisused
 
 __all__ = [
-    "Completion",
-    "Full",
-    "Held",
     "Limits",
     "Misconfigured",
     "OtherSchema",
     "Row",
-    "Store",
     "StoreUnavailable",
     "Transaction",
     "UnitOfWork",
     "UnitOfWorkMisused",
-    "Won",
-    "checked_url",
     "open_store",
-    "shown",
 ]
 
 # ----------------------------------------------------------------------------
@@ -153,9 +147,9 @@ class Limits:
         for name in ("retention", "lease", "max_records", "max_records_per_principal", "max_key_length", "deadline"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-                raise ValueError(f"Limits({name}={value!r}): {name} must be a finite number above zero")
+                raise InvalidSetting(f"Limits({name}={value!r}): {name} must be a finite number above zero")
         if self.lease < SHORTEST_LEASE:
-            raise ValueError(
+            raise InvalidSetting(
                 f"Limits(lease={self.lease!r}): a lease must be {SHORTEST_LEASE:g} s or more: "
                 "a shorter one passes before its renewal lands"
             )
@@ -192,12 +186,14 @@ UPGRADABLE = 2
 UPGRADE = "mcp-idempotency-store upgrade"  # stores/command.py
 
 
-class Misconfigured(Exception):
-    """The store cannot open as configured; the message, one line, names the fix."""
+class Misconfigured(IdempotencyError):
+    """Raised as the store opens (at the server's start, or by `mcp-idempotency-store`) when it cannot open as
+    configured; the operator sees one line that names the fix, and the server does not start."""
 
 
 class OtherSchema(Misconfigured):
-    """The store holds another schema version than this code reads; the message, one line, says what to do."""
+    """Raised as the store opens, or by `mcp-idempotency-store upgrade`, when it holds another schema version than
+    this code reads; the operator sees one line saying what to do (the upgrade command, or an empty database)."""
 
 
 def tables_refusal(number: int, error: Exception, again: bool) -> Misconfigured:
@@ -287,7 +283,7 @@ def checked_url(url: str) -> str:
                 "a postgresql:// store needs the asyncpg driver: pip install 'mcp-idempotency[postgres]'"
             ) from None
         return url
-    raise ValueError(f"unknown store {url!r}: use memory, sqlite:PATH or postgresql://USER@HOST/DATABASE")
+    raise InvalidSetting(f"unknown store {url!r}: use memory, sqlite:PATH or postgresql://USER@HOST/DATABASE")
 
 
 @asynccontextmanager

@@ -31,7 +31,7 @@ import anyio
 from ..rules import principal_name
 from . import SCHEMA_VERSION, UPGRADABLE, Limits, OtherSchema, open_store
 
-__all__ = ["forget", "main", "upgrade"]
+__all__ = ["main"]
 
 
 async def upgrade(url: str) -> bool:

@@ -13,11 +13,11 @@ from typing import Any
 
 import anyio
 
-from . import Completion, Full, Held, Limits, Store, Transaction, Won, may_take, new_owner
+from . import Full, Held, Limits, Store, Transaction, Won, may_take, new_owner
 from .sql import SQLiteStatements, create_tables
-from .unit_of_work import take
+from .unit_of_work import Completion, take
 
-__all__ = ["MemoryStore", "MemoryTransaction"]
+__all__ = []
 
 
 # Said when a unit of work waits past the store's wait for another to let go of the tools' tables.

@@ -30,10 +30,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import anyio
 import asyncpg
 
+from ..errors import ServerMisconfigured
 from ..rules import principal_of
 from . import (
     SCHEMA_VERSION,
-    Completion,
     Full,
     Held,
     Limits,
@@ -48,8 +48,9 @@ from . import (
     new_owner,
     tables_refusal,
 )
+from .unit_of_work import Completion
 
-__all__ = ["PostgresStore", "PostgresTransaction", "upgrade"]
+__all__ = []
 
 CLAIM_FUNCTION = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}_claim.sql").read_text()
 SCHEMA = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}.sql").read_text() + CLAIM_FUNCTION
@@ -227,7 +228,7 @@ async def check_database_settings(db: Any, limits: Limits) -> None:
     if found != wanted:
         database = await db.fetchval("SELECT current_database()")
         fix = "; ".join(f"ALTER DATABASE {database} SET {name} = '{value}'" for name, value in wanted.items())
-        raise RuntimeError(
+        raise ServerMisconfigured(
             f"behind a pooler the store needs these settings on the database: {fix}; "
             "then make the pooler open new connections (pgbouncer: RECONNECT)"
         )

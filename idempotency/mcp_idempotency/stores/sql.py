@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from . import Row, StoreUnavailable, Transaction, tables_refusal
 
-__all__ = ["SQLiteStatements", "changed_rows", "create_tables", "failed", "rows_of", "sqlite_text", "store_failure"]
+__all__ = []
 
 # The store's own failures, by SQLite's primary result code and the text SQLite gives it
 # (Python before 3.11 gives no code): the file busy or locked past the wait, out of memory,

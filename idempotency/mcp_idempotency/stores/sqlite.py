@@ -15,7 +15,6 @@ from ..rules import principal_of
 from . import (
     LONGEST_WAIT,
     SCHEMA_VERSION,
-    Completion,
     Full,
     Held,
     Limits,
@@ -30,9 +29,9 @@ from . import (
     new_owner,
 )
 from .sql import SQLiteStatements, create_tables, failed
-from .unit_of_work import take
+from .unit_of_work import Completion, take
 
-__all__ = ["SQLiteStore", "SQLiteTransaction", "upgrade"]
+__all__ = []
 
 # Whose share a record counts against (rules.principal_name); "" for nobody's (a
 # bare key of an earlier version). One definition, for a new file and for the upgrade.

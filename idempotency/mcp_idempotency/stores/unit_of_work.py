@@ -29,17 +29,21 @@ from typing import Any, NamedTuple
 
 import anyio
 
-__all__ = ["Completion", "Row", "StoreUnavailable", "Transaction", "UnitOfWork", "UnitOfWorkMisused", "take"]
+from ..errors import IdempotencyError
+
+__all__ = ["Row", "StoreUnavailable", "Transaction", "UnitOfWork", "UnitOfWorkMisused"]
 
 Row = tuple[Any, ...]  # a row a tool's query returns, its columns in the query's order
 
 
-class StoreUnavailable(Exception):
-    """The store failed (busy, locked, full, an I/O error, a lost connection): nothing was recorded."""
+class StoreUnavailable(IdempotencyError):
+    """Raised by the store, or by a tool's unit of work, when the store itself failed (busy, locked, full, an I/O
+    error, a lost connection): nothing was recorded, and the client sees a retryable store-unavailable rejection."""
 
 
-class UnitOfWorkMisused(RuntimeError):
-    """A statement sent through a unit of work from a task that does not own it, or after it ended."""
+class UnitOfWorkMisused(IdempotencyError, RuntimeError):
+    """Raised to a tool that sends a statement through a unit of work from a task that does not own it, or after
+    it ended; nothing is sent, and the tool's author sees one line saying so."""
 
 
 class Completion(NamedTuple):
