@@ -79,6 +79,7 @@ IN_PROCESS_MODULES = {
     "test_races_stores.py",
     "test_rules_edges.py",
     "test_unit_of_work_edges.py",
+    "test_unit_of_work_owner.py",
 }
 
 

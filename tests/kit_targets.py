@@ -43,8 +43,8 @@ VARIANTS = {
     # a charge that outlasts its one-second lease by two seconds (kit.py's --short-lease default); the lease
     # is the 2.x servers' alone (SHORT_LEASE, with_store): one process has none, its run is never taken over
     "short-lease-": ["--charge-delay", "3"],
-    # a charge that outlasts a one-second deadline and lease by four seconds; only the 2.x servers advertise the two
-    # (SHORT_DEADLINE, with_store), so the others are not asked about them
+    # a charge that outlasts a one-second deadline and lease by four seconds; the 2.x and TypeScript servers advertise
+    # the two (SHORT_DEADLINE, with_store), server.py does not, so it is not asked about them
     "short-deadline-": ["--charge-delay", "6"],
 }
 SHORT_LEASE = ["--lease", "1"]
@@ -167,6 +167,8 @@ def with_store(command: list[str], folder: Path, variant: str, memory: bool) -> 
         store = ["--store", "memory" if in_memory else f"sqlite:{folder / (variant or 'main')}.db"]
         bounds = {"short-lease": SHORT_LEASE, "short-deadline": SHORT_DEADLINE}.get(variant, [])
         return [*command, *store, *bounds]
+    if any(part.endswith("server.js") for part in command):  # the TypeScript server bounds its runs too
+        return [*command, *(SHORT_DEADLINE if variant == "short-deadline" else [])]
     return command
 
 

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TYPESCRIPT = ROOT / "typescript"  # the TypeScript server
+TYPESCRIPT = ROOT / "typescript"  # the TypeScript server, and the package it is built on
+PACKAGE = TYPESCRIPT / "packages" / "mcp-idempotency"
 INTEROP = ROOT / "tests" / "interop"  # the TypeScript SDKs' clients
 EXTENSION = ROOT / "extension"  # the extension's types, tsc and the JSON Schema generator
 
@@ -39,10 +40,13 @@ def npm_installed(folder: Path) -> None:
 
 def typescript_built() -> None:
     """The TypeScript server compiled from typescript/server.ts, as tests/interop/run.sh does: its packages installed,
-    then `npm run build` unless dist/ is newer than every file it is built from."""
+    then `npm run build` (the mcp-idempotency package, then the server) unless dist/ is newer than every file it is
+    built from."""
     npm_installed(TYPESCRIPT)
     built = TYPESCRIPT / "dist" / "server.js"
     sources = [TYPESCRIPT / name for name in ("server.ts", "tsconfig.json", "package-lock.json")]
+    sources += [path for path in PACKAGE.glob("*") if path.is_file()]
+    sources += [path for folder in ("src", "examples") for path in (PACKAGE / folder).glob("*.ts")]
     with one_at_a_time(TYPESCRIPT):
         if not built.exists() or built.stat().st_mtime < max(source.stat().st_mtime for source in sources):
             subprocess.run(["npm", "run", "--silent", "build"], cwd=TYPESCRIPT, check=True, timeout=300)

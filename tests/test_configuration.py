@@ -50,7 +50,7 @@ def said() -> dict[str, str]:
 @pytest.mark.parametrize("url", REFUSED, ids=repr)
 def test_a_store_url_the_package_cannot_open_is_refused_when_the_layer_is_built(said, url):
     assert said[url] == (
-        f"ValueError: unknown store {url!r}: use memory, sqlite:PATH or postgresql://USER@HOST/DATABASE"
+        f"InvalidSetting: unknown store {url!r}: use memory, sqlite:PATH or postgresql://USER@HOST/DATABASE"
     )
 
 

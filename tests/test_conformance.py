@@ -25,6 +25,7 @@ ROW_IDS = (
     + [f"P{n}" for n in range(1, 25)]
     + ["P26", "P27", "P28", "P29", "P30", "P31", "P33"]
     + ["P5'", "P6'", "P8'", "P9'", "P10'", "P10''", "P11'", "P12'", "P18'"]
+    + ["P23'", "P28'", "P32"]
 )
 TEST_REFERENCE = re.compile(r"`(test_\w+\.py)::(test_\w+)`")
 OTHER_CHECK = re.compile(r"`(interop/[\w.]+)`")

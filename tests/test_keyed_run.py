@@ -98,7 +98,8 @@ def test_a_tools_deadline_that_is_no_bound_is_refused_at_construction_in_one_lin
     refused = subprocess.run([sdk2_python(), "-c", build], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1
     assert refused.stderr.splitlines()[-1] == (
-        f"ValueError: deadlines['export']={shown}: a deadline must be a finite number above zero"
+        "mcp_idempotency.errors.InvalidSetting: "
+        f"deadlines['export']={shown}: a deadline must be a finite number above zero"
     )
 
 

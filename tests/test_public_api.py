@@ -4,6 +4,7 @@ lifespan=keys.lifespan)), pass the conformance kit: idempotency/examples/booking
 take more arguments than the kit's own (--tool-arguments), one writing in the store's unit of work and one
 e-mailing; its client, shop_client.py, retries through the package's client half."""
 
+import ast
 import json
 import re
 import subprocess
@@ -133,14 +134,16 @@ def test_the_examples_type_check_under_mypy_strict_against_the_installed_package
     assert checked.returncode == 0 and files, checked.stdout
 
 
-# Every module of the package, with MCPServer made to refuse construction first.
+# Every module of the package, with MCPServer made to refuse construction first; but the framework integrations,
+# each of which imports its framework (test_frameworks.py imports them where their frameworks are installed).
 IMPORT_EVERYTHING = """
 import mcp.server.mcpserver
 def refuse(*args, **kwargs):
     raise AssertionError("importing the package built an MCPServer")
 mcp.server.mcpserver.MCPServer.__init__ = refuse
 import pkgutil, importlib, mcp_idempotency
-names = [m.name for m in pkgutil.walk_packages(mcp_idempotency.__path__, "mcp_idempotency.")]
+names = [m.name for m in pkgutil.walk_packages(mcp_idempotency.__path__, "mcp_idempotency.")
+         if not m.name.startswith("mcp_idempotency.integrations.")]
 for name in names:
     importlib.import_module(name)
 print(len(names))
@@ -159,3 +162,91 @@ def test_importing_any_module_of_the_package_builds_no_server():
 
     assert imported.returncode == 0, imported.stderr
     assert int(imported.stdout) >= 10  # the layer, the rules, the stores, the client, auth: all of them were imported
+
+
+# ----------------------------------------------------------------------------
+# The surface: every public name listed in the README on one screen, every exception under one base
+# ----------------------------------------------------------------------------
+
+PACKAGE = ROOT / "idempotency" / "mcp_idempotency"
+README = ROOT / "idempotency" / "README.md"
+ONE_SCREEN = 50  # lines
+
+
+def exported() -> dict[str, list[str]]:
+    """Each module's __all__, read from its source (the integrations import frameworks this environment lacks)."""
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(("mcp_idempotency", *path.relative_to(PACKAGE).with_suffix("").parts))
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(
+                getattr(target, "id", None) == "__all__" for target in node.targets
+            ):
+                modules[module.removesuffix(".__init__")] = [ast.literal_eval(element) for element in node.value.elts]
+    return modules
+
+
+def public_api_section() -> str:
+    """The README's "Public API" section, up to the next section."""
+    return README.read_text().split("\n## Public API\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_lists_exactly_the_exported_names_on_one_screen():
+    modules = exported()
+    names = {name for module in modules.values() for name in module}
+    section = public_api_section()
+    quoted = set(re.findall(r"`([^`]+)`", section))
+    listed = {word for word in quoted if re.fullmatch(r"[A-Za-z_]\w*", word)}
+    named_modules = {word for word in quoted if word.startswith("mcp_idempotency.")}
+
+    assert len(section.strip().splitlines()) <= ONE_SCREEN
+    assert sorted(names - listed) == [], "exported but not in the README's Public API section"
+    assert sorted(listed - names) == [], "in the README's Public API section but exported by no module"
+    assert sorted(named_modules - set(modules)) == [], "the README names a module that exports nothing"
+    assert len(names) >= 40  # the server, the stores, the client half, the integrations and the errors were all read
+
+
+# Each exported exception of every module but the integrations (test_frameworks.py imports those where their
+# frameworks are installed; they define none of their own), and its built-in bases.
+EXCEPTIONS = """
+import importlib, inspect, json, sys
+from mcp_idempotency.errors import IdempotencyError
+found = {}
+for module, names in json.loads(sys.argv[1]).items():
+    for name in names:
+        value = getattr(importlib.import_module(module), name)
+        if inspect.isclass(value) and issubclass(value, BaseException):
+            found[f"{module}.{name}"] = {
+                "base": issubclass(value, IdempotencyError),
+                "builtins": sorted(cls.__name__ for cls in value.__mro__ if cls.__module__ == "builtins"),
+            }
+print(json.dumps(found))
+"""
+
+
+def test_every_exported_exception_derives_from_idempotency_error_and_keeps_its_builtin_base():
+    modules = {name: names for name, names in exported().items() if ".integrations." not in name}
+    ran = subprocess.run(
+        [sdk2_python(), "-c", EXCEPTIONS, json.dumps(modules)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+    assert ran.returncode == 0, ran.stderr
+    found = json.loads(ran.stdout)
+
+    assert sorted(name for name, exception in found.items() if not exception["base"]) == []
+    bare = {
+        name.rsplit(".", 1)[1]
+        for name, exception in found.items()
+        if exception["builtins"] == ["BaseException", "Exception", "object"]
+    }
+    builtins = {name.rsplit(".", 1)[1]: set(exception["builtins"]) for name, exception in found.items()}
+    # Code that caught these as ValueError or RuntimeError before they had one base still catches them.
+    for name in ("InvalidSetting", "InvalidKey", "KeyTooLong"):
+        assert "ValueError" in builtins[name], name
+    for name in ("ServerMisconfigured", "UnitOfWorkMisused"):
+        assert "RuntimeError" in builtins[name], name
+    assert {"Misconfigured", "OtherSchema", "StoreUnavailable", "KeyRefused", "GaveUp", "WindowPassed"} <= bare

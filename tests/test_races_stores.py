@@ -105,7 +105,9 @@ async def test_a_claim_waits_its_turn_behind_a_unit_of_work_of_its_own_process_o
     held from the first statement to the end). A claim of a new key meanwhile cannot write on the loop;
     it waits for the turn aside, the event loop running on, and never inside that unit of work's
     transaction: it wins once the unit of work commits, which keeps its own write."""
-    store = sqlite.SQLiteStore(str(tmp_path / "store.db"), LIMITS, tables=["CREATE TABLE notes (note text)"])
+    store = sqlite.SQLiteStore(
+        str(tmp_path / "store.db"), LIMITS, tables=["CREATE TABLE IF NOT EXISTS notes (note text)"]
+    )
     held, release = anyio.Event(), anyio.Event()
     answers = Answers()
 

@@ -273,8 +273,14 @@ async def test_the_sqlite_writer_syncs_every_commit_to_disk(tmp_path):
 
 BAD_STORES = [
     pytest.param("redis://127.0.0.1/0", "unknown store", id="unknown-scheme"),
-    pytest.param("sqlite:/no/such/folder/store.db", "No such file or directory", id="sqlite-folder-missing"),
-    pytest.param("postgresql://postgres@127.0.0.1:1/none", "Error", id="postgresql-refused"),
+    pytest.param(
+        "sqlite:/no/such/folder/store.db",
+        "there is no folder /no/such/folder for the SQLite file: create it, or point the store elsewhere",
+        id="sqlite-folder-missing",
+    ),
+    pytest.param(
+        "postgresql://postgres@127.0.0.1:1/none", "no PostgreSQL answers at 127.0.0.1:1 (", id="postgresql-refused"
+    ),
 ]
 
 

@@ -80,10 +80,8 @@ PORTS_LOCK = threading.Lock()
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now, and that no server of this process was given."""
-    # Servers started together (a batch of crash victims, the bench's servers) each
-    # get a port before any of them binds it, and the kernel may offer the same free
-    # port twice: the second server would then fail to bind while the first answered
-    # its readiness check (seen once in CI, in a batch of crash victims).
+    # Servers started together (crash victims, the bench's) each get a port before any binds it, and the kernel
+    # may offer one free port twice: the second would fail to bind while the first answered (seen once in CI).
     with PORTS_LOCK:
         while True:
             with socket.socket() as probe:

@@ -30,7 +30,7 @@ from mcp_idempotency.keyed_run import SHUTDOWN_GRACE
 from mcp_idempotency.layer import Idempotency, one_tenant, token_principal
 from mcp_idempotency.probe import sdk_hides_the_key
 from mcp_idempotency.rules import Placement
-from mcp_idempotency.stores import Limits, OtherSchema, open_store
+from mcp_idempotency.stores import Limits, Misconfigured, open_store
 
 from . import ledger, options, tasks
 
@@ -314,7 +314,7 @@ async def store_problem(url: str, limits: Limits, run_tasks: bool) -> str | None
     try:
         async with open_store(url, limits, tables_of(run_tasks)):
             return None
-    except OtherSchema as error:  # its message says what to do: the one line as it is
+    except Misconfigured as error:  # its message says what to do: the one line as it is
         return str(error)
     except Exception as error:
         return f"{type(error).__name__}: {error}".splitlines()[0]

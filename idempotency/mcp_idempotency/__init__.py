@@ -13,6 +13,11 @@ and the rules load without the SDK):
     mcp_idempotency.probe     does this mcp build let the layer see the key?
     mcp_idempotency.keyed_call  what a 2.x client sends: KeyedCall, KeyedCallParams
     mcp_idempotency.auth      an OAuth 2.1 resource server's pieces, for records scoped by principal
+    mcp_idempotency.resend    the client half's retry loop on any SDK, which the integrations run
+    mcp_idempotency.integrations  the client half inside fastmcp, Pydantic AI, the OpenAI Agents SDK, LangChain
+    mcp_idempotency.errors    IdempotencyError, the base of every exception the package raises to its users
+
+Each module's __all__ holds its public names; the README's "Public API" section lists them all on one screen.
 """
 
 __version__ = "0.5.0"

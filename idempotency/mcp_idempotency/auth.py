@@ -11,7 +11,7 @@ Three parts, each plugged into the mcp 2.x SDK's own auth hooks:
 2. `ScopeGate`, an ASGI middleware inside the SDK's authentication: a tools/call whose
    token lacks that tool's scope gets 403 `insufficient_scope`, before any MCP handler
    runs, so before the idempotency store is consulted. A replay is a request like any
-   other: it passes this gate at the time it is made, or discloses nothing (K3, P22).
+   other: it passes this gate at the time it is made, or discloses nothing.
    It also names the scopes in the SDK's 401 challenge (RFC 6750 section 3).
 3. `auth_settings()`: the SDK's `AuthSettings` for a resource server, and
    `listing_scopes()`: its RFC 9728 metadata with `scopes_supported`.
@@ -162,7 +162,7 @@ def listing_scopes(app: Starlette, settings: AuthSettings, scopes: list[str]) ->
 
 
 # ----------------------------------------------------------------------------
-# Per-tool scopes: 403 before any handler runs (K3, P22)
+# Per-tool scopes: 403 before any handler runs
 # ----------------------------------------------------------------------------
 
 

@@ -37,37 +37,33 @@ request is sent again for as long as the key may be in progress (`deadlineSecond
 freed), and never `retentionSeconds` or more after the first, when the server may have
 forgotten the key and would run the call again (`WindowPassed`). Then it raises `GaveUp`,
 which carries the key and when it was first sent: a caller that resumes the logical call
-later passes both back.
+later passes both back. Steps 3 to 7 and these bounds are `mcp_idempotency.resend`'s, the loop
+the framework integrations run too; this module sends on the mcp 2.x SDK.
 """
 
-import logging
-import random
-import secrets
-import string
-import time
-import uuid
-from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import mcp_types
 from mcp.shared.exceptions import MCPError
 
 from .discovery import Settings, discover_settings, model_facing
+from .errors import IdempotencyError
 from .keyed_call import KeyedCall, KeyedCallParams
-from .link import CONNECTION_LOST, Connection, reopenable, sent
-from .rules import (
-    ACKNOWLEDGEMENT,
-    ARGUMENT_MARK,
-    CONFLICT,
-    DEFAULT_PLACEMENT,
-    ERROR_CODE,
-    INVALID_KEY,
-    MESSAGES,
-    META_KEY,
-    RETRYABLE,
-    Placement,
+from .link import Connection, reopenable, sent
+from .resend import (
+    GaveUp,
+    KeyRefused,
+    Policy,
+    Reader,
+    Rejection,
+    WindowPassed,
+    acknowledged,
+    flattened,
+    new_key,
+    resend,
+    text_of,
 )
+from .rules import ARGUMENT_MARK, DEFAULT_PLACEMENT, META_KEY, Placement
 
 __all__ = [
     "Connection",
@@ -80,79 +76,22 @@ __all__ = [
     "call_tool",
     "discover_settings",
     "honoured",
-    "keyed_request",
     "model_facing",
     "new_key",
 ]
 
-log = logging.getLogger("idempotency.client")
-
-# How the 2.x SDK's client reports an attempt whose outcome it cannot know.
-TIMED_OUT = mcp_types.REQUEST_TIMEOUT  # it stopped waiting (and, on stdio, sent notifications/cancelled)
-UNKNOWN_OUTCOME = {TIMED_OUT, CONNECTION_LOST}  # CONNECTION_LOST: the transport went away, request outstanding
-# What error.data.type says where error.data.retryable says nothing: the code alone (-32602
-# for every rejection) does not say which is worth sending again.
-COME_BACK_LATER = RETRYABLE  # in progress, store full, store unavailable
-FINAL = {CONFLICT, INVALID_KEY}
+# How the 2.x SDK's client reports an attempt it stopped waiting for (on stdio, it sends notifications/cancelled).
+TIMED_OUT = mcp_types.REQUEST_TIMEOUT
 
 
-@dataclass(frozen=True)
-class Policy:
-    """How long one attempt may take, how many attempts at most, and how the waits between them grow."""
-
-    timeout: float = 30.0  # seconds per attempt; a tool slower than this is retried, and the server says in progress
-    attempts: int | None = None  # None: as many as the server's settings leave time for
-    first_back_off: float = 0.25  # seconds, doubled after each wait that follows a retryable answer
-    max_back_off: float = 8.0
-
-
-class KeyRefused(Exception):
-    """The server refused the key for good: a conflict (the key was used with other arguments) or an invalid key."""
-
-    def __init__(self, error: MCPError):
-        super().__init__(f"{rejection_type(error)}: {error.message}")
-        self.error = error
-
-
-class GaveUp(Exception):
-    """Every attempt ended without an answer; `key` and `first_sent` resume the same logical call later."""
-
-    def __init__(self, key: str, attempts: int, last: MCPError, first_sent: float):
-        super().__init__(f"no answer after {attempts} attempts (last: {last.message}); key {key}")
-        self.key, self.last, self.first_sent = key, last, first_sent  # first_sent: time.time() of the first attempt
-
-
-class WindowPassed(GaveUp):
-    """The server's retention window has passed since the first attempt: it may have forgotten the key,
-    so sending it again could run the call a second time. Nothing more is sent."""
-
-    def __init__(self, key: str, attempts: int, last: MCPError, first_sent: float, window: float):
-        super().__init__(key, attempts, last, first_sent)
-        self.args = (
-            f"the server keeps a key {window:g} s and the first attempt was sent longer ago: another would "
-            f"not be a retry but maybe a second call (after {attempts} attempts, last: {last.message}); "
-            f"key {key}",
-        )
-
-
-class KeyTooLong(ValueError):
-    """A caller's key longer than the server's maxKeyLength: refused here, before anything is sent."""
+class KeyTooLong(IdempotencyError, ValueError):
+    """Raised by call_tool to a caller whose own key is longer than the server's maxKeyLength: refused before
+    anything is sent, so the server sees nothing."""
 
 
 # ----------------------------------------------------------------------------
 # The key, the request, and what an answer says
 # ----------------------------------------------------------------------------
-
-KEY_ALPHABET = string.ascii_letters + string.digits + "-_"  # 6 bits a character
-
-
-def new_key(max_length: int | None = None) -> str:
-    """A fresh idempotency key: a random UUID, so two logical calls never share one by chance; where the
-    server takes fewer than its 36 characters, as many random characters as it takes."""
-    key = str(uuid.uuid4())
-    if max_length is None or len(key) <= max_length:
-        return key
-    return "".join(secrets.choice(KEY_ALPHABET) for _ in range(max_length))
 
 
 def keyed_request(
@@ -178,51 +117,24 @@ def keyed_request(
     return mcp_types.CallToolRequest(params=params)
 
 
-def rejection_type(error: MCPError) -> str | None:
-    """What a client branches on, error.data.type; None when the error is not an idempotency rejection."""
-    return error.data.get("type") if isinstance(error.data, dict) else None
-
-
-def said_retryable(error: MCPError) -> bool | None:
-    """An idempotency rejection's own word, error.data.retryable; None where the server gives none."""
-    if rejection_type(error) is None or not isinstance(error.data, dict):
-        return None
-    value = error.data.get("retryable")
-    return value if isinstance(value, bool) else None
-
-
-def final(error: MCPError) -> bool:
-    """Is it a refusal of this request for good? data.retryable false where given, else a final type."""
-    said = said_retryable(error)
-    return said is False or (said is None and rejection_type(error) in FINAL)
-
-
-def retryable(error: MCPError) -> bool:
-    """May the very same request be sent again? Yes if its outcome is unknown, or the server asked for later
-    (data.retryable true where given, else a come-back-later type)."""
-    said = said_retryable(error)
-    return error.code in UNKNOWN_OUTCOME or said is True or (said is None and rejection_type(error) in COME_BACK_LATER)
-
-
 def honoured(result: mcp_types.CallToolResult) -> bool:
     """Did the server honour the call's key? A server that does says so in the result's `_meta`, the same on
     the first answer and on every replay, so the answer itself tells, whatever a gateway did to the handshake."""
-    said = (result.meta or {}).get(ACKNOWLEDGEMENT)
-    return isinstance(said, dict) and isinstance(said.get("idempotencyKey"), str)
+    return acknowledged(result.meta)
 
 
-def flattened(result: mcp_types.CallToolResult) -> MCPError | None:
-    """The rejection a gateway turned into a tool result, or None: an `isError` result that carries no
-    acknowledgement and whose text holds one of the rejections' messages (as "Error calling tool 'x': ...")."""
-    # A result the server recorded for the key carries the acknowledgement, even a tool's own error
-    # that quotes a message: so only an answer the server never acknowledged is read as a rejection.
-    if not result.is_error or honoured(result):
-        return None
-    text = "\n".join(part.text for part in result.content if isinstance(part, mcp_types.TextContent))
-    for kind, message in MESSAGES.items():
-        if message in text:
-            return MCPError(ERROR_CODE, text, {"type": kind})
-    return None
+def rejection_in(result: mcp_types.CallToolResult) -> Rejection | None:
+    """The rejection a gateway turned into this tool result, or None: it is the call's answer."""
+    return flattened(result.is_error, result.meta, text_of(result.content))
+
+
+def raised_error(raised: BaseException) -> MCPError | None:
+    """The JSON-RPC error the 2.x SDK raised, or None: the exception is not one."""
+    return raised if isinstance(raised, MCPError) else None
+
+
+# How the 2.x SDK shows a rejection, raised or flattened by a gateway (the framework integrations on it share it).
+MCP2 = Reader(raised_error, rejection_in)
 
 
 # ----------------------------------------------------------------------------
@@ -236,22 +148,6 @@ async def attempt(
     """Send the request once, on a connection a lost answer cannot kill where one can be opened, and wait at
     most `timeout` seconds for its answer."""
     return await sent(connection, request, timeout)
-
-
-async def answer(
-    connection: Connection, request: mcp_types.CallToolRequest, timeout: float
-) -> mcp_types.CallToolResult:
-    """One attempt's answer: its result, or the rejection it stands for, raised as the server raised it."""
-    result = await attempt(connection, request, timeout)
-    rejected = flattened(result)
-    if rejected is not None:
-        raise rejected
-    return result
-
-
-def jittered(back_off: float) -> float:
-    """A wait between half of `back_off` and all of it, so clients that failed together do not retry together."""
-    return random.uniform(back_off / 2, back_off)
 
 
 def checked(key: str | None, settings: Settings) -> str:
@@ -289,40 +185,9 @@ async def call_tool(
     settings = settings or Settings()
     key = checked(key, settings)
     request = keyed_request(name, arguments, key, settings.placement, settings.key_arguments.get(name))
-    first_sent = time.time() if first_sent is None else first_sent
-    patience = settings.in_progress_at_most()
-    back_off = policy.first_back_off
-    number = 0
-    while True:
-        number += 1
-        started = time.time()
-        try:
-            return await answer(connection, request, policy.timeout)
-        except MCPError as error:
-            if final(error):
-                log.info("attempt %d: %s: final, not retried", number, rejection_type(error))
-                raise KeyRefused(error) from None
-            if not retryable(error):
-                raise  # the call's own answer: a recorded JSON-RPC error, an unknown tool, ...
-            last = error
-        said = rejection_type(last) or last.message
-        if done_trying(policy, number, started - first_sent >= patience, last, connection):
-            log.info("attempt %d: %s; giving up", number, said)
-            raise GaveUp(key, number, last, first_sent)
-        # The last wait ends as the key stops being in progress, so that one attempt lands after it.
-        wait = min(jittered(back_off), max(0.0, first_sent + patience - time.time()))
-        window = settings.retention_seconds
-        if window is not None and time.time() + wait - first_sent >= window:
-            # The key may be forgotten by the time this attempt lands: it would be a new call, not a retry.
-            log.info("attempt %d: %s; the server's %gs window has passed: giving up", number, said, window)
-            raise WindowPassed(key, number, last, first_sent, window)
-        log.info("attempt %d: %s; retrying the same request in %.2fs", number, said, wait)
-        await anyio.sleep(wait)
-        back_off = min(back_off * 2, policy.max_back_off)
 
+    async def send() -> mcp_types.CallToolResult:
+        """One attempt of this logical call: the very same request each time."""
+        return await attempt(connection, request, policy.timeout)
 
-def done_trying(policy: Policy, number: int, patience_spent: bool, last: MCPError, connection: Connection) -> bool:
-    """Is attempt `number` the last? The policy's attempts are spent, or the key can no longer be in progress
-    (an attempt was made after that), or the connection died and cannot be opened again."""
-    spent = policy.attempts is not None and number >= policy.attempts
-    return spent or patience_spent or (last.code == CONNECTION_LOST and not reopenable(connection))
+    return await resend(send, MCP2, key, policy, settings, first_sent, reopenable(connection))

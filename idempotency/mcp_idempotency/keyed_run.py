@@ -22,7 +22,7 @@ from .outcomes import AsksAgain, Outcome, internal_error, recorded, rejection
 from .rules import IN_PROGRESS, STORE_UNAVAILABLE
 from .stores import Store, StoreUnavailable
 
-__all__ = ["DEADLINE_PASSED", "SHUTDOWN_GRACE", "KeyedRun", "Runs", "Work", "runs_kept"]
+__all__ = []
 
 log = logging.getLogger("idempotency")
 

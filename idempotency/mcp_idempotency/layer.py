@@ -10,16 +10,15 @@ typed params drop, or a marked argument). What it returns, a replay included, th
 shapes for the client's revision. The middleware `keys.advertise` writes the capability
 into the handshake's result; `keys.lifespan` probes the SDK and keeps the store open.
 
-Read it top to bottom, in the order of the SEP: read the key (P1, P2), fingerprint
-the request (P3), claim the key (P16), then conflict, in progress, replay (P4,
-P20), or run the tool and record its outcome in one unit of work with its side
-effect (P6', P7, P17, P18, P23), the claim's lease renewed for as long as the
-tool runs, so a retry never takes over a live run (P18'), until the run's deadline
-(keyed_run.py). A tool whose effect
+Read it top to bottom, in the order of the SEP: read the key, fingerprint
+the request, claim the key, then conflict, in progress, replay, or run the tool and
+record its outcome in one unit of work with its side effect, the claim's lease renewed
+for as long as the tool runs, so a retry never takes over a live run, until the run's
+deadline (keyed_run.py). A tool whose effect
 lives in the same store joins that unit of work through `keys.transaction()`;
 one whose effect is elsewhere (an e-mail) forwards `keys.downstream_key()` to the
-API that makes it (P27), or else has S4's caveat: a crash between the effect and
-the record lets the retry send it again.
+API that makes it, or else a crash between the effect and the record lets the retry
+send it again.
 
 The decisions a subclass may change, one method each: `key_of` (where and what a key
 is), `fingerprint` (what makes two requests the same), `principal` (whose call it is,
@@ -28,10 +27,6 @@ counted), `answer` (what a record that holds the key gives a retry), `never_kept
 (which outcomes are not recorded), `keyed_run` (the life cycle of one claimed call:
 its lease, its deadline), `run_once` (where a keyed run runs) and `advertised` (the
 capability). `intercept_tool_call` is the algorithm itself.
-
-Ids such as S1 (a rule of SEP-3182, as this project lists them) and P9 (a position
-it takes where the SEP is silent) are this project's: the SEP numbers nothing;
-tests/CONFORMANCE.md lists both.
 """
 
 import contextvars
@@ -52,14 +47,15 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 from pydantic_core import from_json
 
-from . import rules
+from . import rules, stores
+from .errors import InvalidSetting, ServerMisconfigured
 from .keyed_run import KeyedRun, Runs, Work, runs_kept
 from .outcomes import AsksAgain, Outcome, internal_error, recorded, rejection
 from .probe import why_the_key_is_hidden
 from .rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE, Placement
 from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won, checked_url, open_store
 
-__all__ = ["Idempotency", "Outcome", "Principal", "as_mapping", "one_tenant", "rejection", "token_principal"]
+__all__ = ["Idempotency", "Principal", "one_tenant", "token_principal"]
 
 log = logging.getLogger("idempotency")
 
@@ -74,35 +70,35 @@ SHARED_KEY_SPACE = (
 
 Context = ServerRequestContext[Any, Any]
 
-# P27: the keyed call a tool runs for, as its downstream key (Idempotency.downstream_key).
+# The keyed call a tool runs for, as its downstream key (Idempotency.downstream_key).
 _downstream_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("downstream_key", default=None)
 
 # ----------------------------------------------------------------------------
-# Whose key it is (K2, P10'', P21): the principal a record is scoped to
+# Whose key it is: the principal a record is scoped to
 # ----------------------------------------------------------------------------
 
 Principal = tuple[str, ...]
 
-# K2 (P10''): without authorisation the deployment is one tenant (P10'); on stdio that
+# Without authorisation the deployment is one tenant; on stdio that
 # tenant is the process's one client, and every process sharing its store file runs as
 # one local user, who can read that file anyway.
 ONE_TENANT: Principal = ("one tenant",)
 
 
 def one_tenant() -> Principal:
-    """K2 without authorisation: every caller is the one tenant (P10')."""
+    """Without authorisation, every caller is the one tenant."""
     return ONE_TENANT
 
 
 def token_principal() -> Principal:
-    """K2 with OAuth: the verified access token's (issuer, subject); no token is an error, never a tenant."""
+    """With OAuth, the verified access token's (issuer, subject); no token is an error, never a tenant."""
     # The subject, not the client id or a session: a record belongs to whoever's authority the
     # call was made with. One user may retry through another client; one client may act for many
     # users; a session is gone in 2026-07-28, and a retry may come on another instance. `sub` is
     # unique only within its issuer (RFC 7519), so the issuer is part of it.
     token = get_access_token()
     if token is None or token.claims is None or token.subject is None:  # fail closed, never one tenant by accident
-        raise RuntimeError("authorisation is on, but no verified access token reached the dispatch layer")
+        raise ServerMisconfigured("authorisation is on, but no verified access token reached the dispatch layer")
     return str(token.claims["iss"]), token.subject
 
 
@@ -119,7 +115,7 @@ def as_mapping(result: HandlerResult) -> dict[str, Any]:
 
 
 def recorded_as(outcome: Outcome, key: str, declared: Mapping[str, Any]) -> tuple[Outcome, str]:
-    """P6': the outcome and its text for the store; an outcome that cannot be written down is an internal error."""
+    """The outcome and its text for the store; an outcome that cannot be written down is an internal error."""
     try:
         return outcome, recorded(outcome, declared)
     except Exception:
@@ -145,7 +141,7 @@ def as_recorded_then(kept: dict[str, Any]) -> dict[str, Any]:
 
 
 def expressible(result: Mapping[str, Any], revision: str) -> bool:
-    """P20: has this revision a shape for the recorded result? A result of an extension's type (a task) has none
+    """Has this revision a shape for the recorded result? A result of an extension's type (a task) has none
     before 2026-07-28."""
     return revision in MODERN_PROTOCOL_VERSIONS or result.get("resultType") in (None, "complete")
 
@@ -158,7 +154,7 @@ def asks_again(outcome: Outcome) -> bool:
 
 
 async def outcome_of(ctx: Context, call_next: CallNext, key: str) -> Outcome:
-    """P6': whatever the SDK's tools/call handler produces, a result or a JSON-RPC error; an
+    """Whatever the SDK's tools/call handler produces, a result or a JSON-RPC error; an
     internal error when something unexpected escapes it, so the key never stays running."""
     try:
         return as_mapping(await call_next(ctx))
@@ -173,7 +169,7 @@ def checked_deadlines(deadlines: Mapping[str, float]) -> dict[str, float]:
     """Each tool's own deadline, in seconds, finite and above zero; any other is refused at construction."""
     for tool, seconds in deadlines.items():
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
-            raise ValueError(f"deadlines[{tool!r}]={seconds!r}: a deadline must be a finite number above zero")
+            raise InvalidSetting(f"deadlines[{tool!r}]={seconds!r}: a deadline must be a finite number above zero")
     return dict(deadlines)
 
 
@@ -186,9 +182,9 @@ class Idempotency(Extension):
     """SEP-3182 for one MCPServer: `extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan`.
 
     Everything it needs is passed in: the store's URL (memory, sqlite:PATH or
-    postgresql://...), its limits (retention P8, lease P18, bound P9, key length P2, the
-    deadline of a keyed run), how to find the principal of a request (K2), where the key and
-    the capability are (P26), the tools' own tables (schema statements the store runs as it
+    postgresql://...), its limits (retention, lease, bound, key length, the deadline of a
+    keyed run), how to find the principal of a request, where the key and
+    the capability are, the tools' own tables (schema statements the store runs as it
     opens: open_store), and the tools whose keyed runs have a deadline of their own.
     """
 
@@ -207,9 +203,9 @@ class Idempotency(Extension):
         self.store_url, self.limits, self.principal = checked_url(store), limits, principal  # a bad URL fails here
         self.deadlines = checked_deadlines(deadlines)  # a tool's own deadline, in place of limits.deadline
         self.tables = tuple(tables)  # the tools' own schema statements, made as the store opens (open_store)
-        self.placement = placement  # P26: it decides only where the key is read and the capability written
+        self.placement = placement  # it decides only where the key is read and the capability written
         self._store: Store | None = None
-        self.key_arguments: dict[str, str] = {}  # P26, argument placement: each marked tool's key property
+        self.key_arguments: dict[str, str] = {}  # argument placement: each marked tool's key property
         self._runs: Runs | None = None  # every keyed run, while the server runs
         self.applied = False  # by an MCPServer, given extensions=[keys]
         self.shared_key_space_told = False  # said once: over HTTP without authorisation, one key space
@@ -218,7 +214,7 @@ class Idempotency(Extension):
 
     @asynccontextmanager
     async def lifespan(self, server: MCPServer[Any]) -> AsyncIterator["Idempotency"]:
-        """P12', P15: refuse to serve on an SDK that hides the key, or unwired; then the store, open while it runs."""
+        """Refuse to serve on an SDK that hides the key, or unwired; then the store, open while it runs."""
         refusal = await why_the_key_is_hidden()  # probed, not assumed: else the server looks idempotent and is not
         if refusal is None and not self.applied:
             refusal = NOT_INSTALLED  # the capability would be advertised, and no key ever read
@@ -226,60 +222,69 @@ class Idempotency(Extension):
             refusal = NOT_ADVERTISED  # clients would never learn that they may send keys
         if refusal is not None:
             log.error("%s", refusal)
-            raise RuntimeError(refusal)
-        # P26: which tools take a key, and in which argument, read from the tool list once, as the server starts.
+            raise ServerMisconfigured(refusal)
+        # Which tools take a key, and in which argument, read from the tool list once, as the server starts.
         tools = await server.list_tools() if self.placement is Placement.ARGUMENT or self.deadlines else []
         self.key_arguments = {tool.name: name for tool in tools if (name := rules.marked_argument(tool.input_schema))}
         unknown = sorted(set(self.deadlines) - {tool.name for tool in tools})
         if unknown:  # a typo would leave that tool on the server's deadline, unnoticed
             refusal = f"deadlines= names no tool of this server: {', '.join(unknown)}; name the tools as listed"
             log.error("%s", refusal)
-            raise RuntimeError(refusal)
+            raise ServerMisconfigured(refusal)
         # The runs end before the store closes under them, and a run may use the store until it ends.
-        opened = open_store(self.store_url, self.limits, self.tables)
         try:
-            async with opened as store, runs_kept(self.limits.lease) as runs:
+            async with self.opened_store() as store, runs_kept(self.limits.lease) as runs:
                 self._store, self._runs = store, runs
                 yield self
         finally:
             self._store, self._runs = None, None
 
+    @asynccontextmanager
+    async def opened_store(self) -> AsyncIterator[Store]:
+        """The store, open while the server runs; one that cannot open as configured is logged first, in one line."""
+        try:
+            async with open_store(self.store_url, self.limits, self.tables) as store:
+                yield store
+        except stores.Misconfigured as refusal:
+            log.error("cannot open the store %s: %s", stores.shown(self.store_url), refusal)
+            raise
+
     @property
     def store(self) -> Store:
         """The open store; only while the server runs."""
         if self._store is None:
-            raise RuntimeError(NOT_OPEN)
+            raise ServerMisconfigured(NOT_OPEN)
         return self._store
 
     @property
     def runs(self) -> Runs:
         """The keyed runs under way; only while the server runs."""
         if self._runs is None:
-            raise RuntimeError(NOT_OPEN)
+            raise ServerMisconfigured(NOT_OPEN)
         return self._runs
 
     def transaction(self) -> UnitOfWork:
-        """P17: a tool's unit of work in the store; under a keyed call it joins the layer's, as a savepoint."""
+        """A tool's unit of work in the store; under a keyed call it joins the layer's, as a savepoint."""
         return self.store.transaction()
 
     def key_argument(self) -> Any:
-        """P26: a tool's key parameter's annotation, marked, as long as keys here: `k: keys.key_argument() = None`."""
+        """A tool's key parameter's annotation, marked, as long as keys here: `k: keys.key_argument() = None`."""
         marked = Field(max_length=self.limits.max_key_length, json_schema_extra={rules.ARGUMENT_MARK: True})
         return Annotated[str | None, marked]
 
     def downstream_key(self) -> str | None:
-        """P27: in a tool run for a keyed call, the key to forward to the API its effect lives in (its
+        """In a tool run for a keyed call, the key to forward to the API its effect lives in (its
         Idempotency-Key header): the same for every retry of the call, on every instance. None without a key."""
         # The one run a retry can repeat is a takeover of a holder that died or froze after
         # its effect; an API that deduplicates on this key then makes that effect once.
         return _downstream_key.get()
 
-    # -- C1, P14: the capability, which no server API declares ---------------
+    # -- the capability, which no server API declares ---------------------
 
     async def advertise(self, ctx: Context, call_next: CallNext) -> HandlerResult:
         """The server middleware that writes the capability into server/discover (2026-07-28) and initialize (2025)."""
         if ctx.request is not None and self.principal is one_tenant and not self.shared_key_space_told:
-            self.shared_key_space_told = True  # K2: the operator learns it once, at the first request over HTTP
+            self.shared_key_space_told = True  # the operator learns it once, at the first request over HTTP
             log.warning(SHARED_KEY_SPACE)
         if ctx.request_id is None or ctx.method not in ("server/discover", "initialize"):
             return await call_next(ctx)
@@ -297,12 +302,12 @@ class Idempotency(Extension):
         return self.advertised(result)
 
     def advertised(self, result: dict[str, Any]) -> dict[str, Any]:
-        """P14, P11', P26: the capability where the placement puts it, with the key length and window."""
+        """The capability where the placement puts it, with the key length and window."""
         rules.advertise(result.setdefault("capabilities", {}), self.placement, self.capability())
         return result
 
     def capability(self) -> dict[str, Any]:
-        """P11': the longest key taken, the window, the longest deadline of any tool and the lease, in seconds."""
+        """The longest key taken, the window, the longest deadline of any tool and the lease, in seconds."""
         deadline = max([self.limits.deadline, *self.deadlines.values()])
         return rules.capability(self.limits.max_key_length, self.limits.retention, deadline, self.limits.lease)
 
@@ -311,25 +316,25 @@ class Idempotency(Extension):
         self.applied = True  # the SDK applies each extension as it builds the MCPServer: lifespan checks it did
         return self.capability()
 
-    # -- S0-S3: a tools/call, before any tool runs ----------------------------
+    # -- a tools/call, before any tool runs -------------------------------------
 
     async def intercept_tool_call(
         self, params: mcp_types.CallToolRequestParams, ctx: Context, call_next: CallNext
     ) -> HandlerResult:
-        """S0-S3: the SDK validated the request; read its key from the raw params, then claim, answer or run."""
+        """The SDK validated the request; read its key from the raw params, then claim, answer or run."""
         sent = dict(ctx.params or {})  # the raw params: the typed `params` have no idempotencyKey
         key = self.key_of(sent)
         if key is None:
             log.debug("no key: tool=%s", params.name)
             return await call_next(ctx)  # exactly what the server did before
         fingerprint = self.fingerprint(sent)
-        principal = self.principal()  # K2: whose call this is, found once
+        principal = self.principal()  # whose call this is, found once
         store_key = self.store_key(principal, key)
-        # P16: the store takes the key in one atomic step, or says which record holds it;
+        # The store takes the key in one atomic step, or says which record holds it;
         # it reads first, so most retries (replay, conflict, in progress) take no lock.
         try:
             claim = await self.store.claim(store_key, fingerprint, self.share_of(principal))
-        except StoreUnavailable as error:  # P23: nothing claimed, nothing ran
+        except StoreUnavailable as error:  # nothing claimed, nothing ran
             log.warning("store unavailable: key=%r not claimed (%s)", key, error)
             raise rejection(STORE_UNAVAILABLE, key) from None
         if isinstance(claim, Won):
@@ -339,14 +344,14 @@ class Idempotency(Extension):
             if isinstance(outcome, MCPError):
                 raise outcome
             return outcome
-        if isinstance(claim, Full):  # P9, P9': refuse rather than run without the guarantee
+        if isinstance(claim, Full):  # refuse rather than run without the guarantee
             log.debug("store full: key=%r", key)
             raise rejection(STORE_FULL, key)
         return self.answer(claim, fingerprint, key, ctx)
 
     def key_of(self, params: Mapping[str, Any]) -> str | None:
-        """P1, P2, P26: the request's key where the placement reads it, or None when it carries none there."""
-        # P1: only the placement's own member counts (the sibling of `name` and `arguments`, the extension's
+        """The request's key where the placement reads it, or None when it carries none there."""
+        # Only the placement's own member counts (the sibling of `name` and `arguments`, the extension's
         # _meta key, or the tool's marked argument); one anywhere else is the tool's business, not a key.
         try:
             sent = rules.sent_key(params, self.placement, self.key_arguments.get(params.get("name", "")))
@@ -356,33 +361,33 @@ class Idempotency(Extension):
             raise rejection(INVALID_KEY, None, str(bad)) from None
 
     def fingerprint(self, params: Mapping[str, Any]) -> bytes:
-        """P3 (E1-E7): the tool's name and its arguments as JSON values; _meta and the key play no part."""
+        """The tool's name and its arguments as JSON values; _meta and the key play no part."""
         return rules.fingerprint(params["name"], params.get("arguments"), self.key_arguments.get(params["name"]))
 
     def store_key(self, principal: Principal, key: str) -> str:
-        """K2, P21: the key as the store knows it: the principal's, so that no other principal's key can match it."""
+        """The key as the store knows it: the principal's, so that no other principal's key can match it."""
         return rules.scoped_key(principal, key)
 
     def share_of(self, principal: Principal) -> str:
-        """P9': whose share of the store a new record counts against: the principal's own, so that one
-        principal filling its share leaves every other principal's answers as they were (P21)."""
+        """Whose share of the store a new record counts against: the principal's own, so that one
+        principal filling its share leaves every other principal's answers as they were."""
         return rules.principal_name(principal)
 
-    # -- P4.2-P4.4: a record holds the key ------------------------------------
+    # -- a record holds the key: conflict, in progress, replay ----------------
 
     def answer(self, held: Held, fingerprint: bytes, key: str, ctx: Context) -> dict[str, Any]:
-        """P4.2-P4.4: a record holds the key: conflict, in progress, or its replay."""
+        """A record holds the key: conflict, in progress, or its replay."""
         if held.fingerprint != fingerprint:  # checked first, so a mismatch is a conflict even mid-run
             log.debug("conflict: key=%r tool=%s", key, (ctx.params or {}).get("name"))
             raise rejection(CONFLICT, key)
-        if held.outcome is None:  # S1: reject at once, never wait
+        if held.outcome is None:  # reject at once, never wait
             log.debug("in progress: key=%r", key)
             raise rejection(IN_PROGRESS, key)
         log.debug("replayed: key=%r", key)
         return self.replay(held.outcome, ctx.protocol_version, rules.declared(ctx.params or {}))
 
     def replay(self, outcome: str, revision: str, declared: Mapping[str, Any]) -> dict[str, Any]:
-        """P4.4 (S2, P20, P30): the recorded outcome, which the SDK shapes for the retry's revision, if the
+        """The recorded outcome, which the SDK shapes for the retry's revision, if the
         retry declares what the original did; no tool runs. Refused, nothing runs and the record stays."""
         kept = from_json(outcome)
         if "error" in kept:
@@ -400,26 +405,26 @@ class Idempotency(Extension):
             )
         return result
 
-    # -- P4.1: the key is ours: run the tool once, and record what it produced --
+    # -- the key is ours: run the tool once, and record what it produced ------
 
     def keyed_run(self, key: str, store_key: str, fingerprint: bytes, owner: str, tool: str) -> KeyedRun:
         """The life cycle of one claimed call: its lease kept while its tool runs, until the tool's deadline."""
         return KeyedRun(self.store, key, store_key, fingerprint, owner, self.deadlines.get(tool, self.limits.deadline))
 
     async def run_once(self, run: KeyedRun, work: Work) -> Outcome:
-        """P7: a keyed run runs in the server's own task group, to completion or its deadline, whatever befalls
+        """A keyed run runs in the server's own task group, to completion or its deadline, whatever befalls
         its caller: a cancel, a closed response stream or a vanished client never stops it half way."""
         return await self.runs.outcome(run, work)
 
     def never_kept(self, outcome: Outcome) -> bool:
-        """P6', P25: is this an outcome that asks for the request again (-32042, input required), never recorded?"""
+        """Is this an outcome that asks for the request again (-32042, input required), never recorded?"""
         return asks_again(outcome)
 
     async def run_and_record(
         self, ctx: Context, call_next: CallNext, key: str, store_key: str, fingerprint: bytes
     ) -> tuple[Outcome, bool]:
-        """P17, P18: run the tool and complete its record in one unit of work: (the outcome, recorded or fenced)."""
-        # P17: the tool's own writes to the store join this unit of work, so the charge
+        """Run the tool and complete its record in one unit of work: (the outcome, recorded or fenced)."""
+        # The tool's own writes to the store join this unit of work, so the charge
         # and the completed record commit together or not at all.
         async with self.store.transaction() as tx:
             forwarded = _downstream_key.set(rules.downstream_key(store_key, fingerprint))
@@ -428,13 +433,13 @@ class Idempotency(Extension):
             finally:
                 _downstream_key.reset(forwarded)
             if tx.failure is not None:
-                # P23: the store failed under the tool (the SDK made that an isError
+                # The store failed under the tool (the SDK made that an isError
                 # result): that is no outcome of the tool's, and nothing is recorded.
-                raise StoreUnavailable("the unit of work failed") from tx.failure
+                raise StoreUnavailable(f"the unit of work failed: {tx.failure}") from tx.failure
             if self.never_kept(outcome):
                 raise AsksAgain(outcome)  # rolls the unit of work back; the keyed run gives the key back
             outcome, text = recorded_as(acknowledged(outcome, key), key, rules.declared(ctx.params or {}))
-            # P18: sent with the commit, which happens once, as the unit of work ends: the
+            # Sent with the commit, which happens once, as the unit of work ends: the
             # first completion of the key wins; a later one rolls back with everything it did.
             tx.complete(store_key, fingerprint, text)
         return outcome, tx.completed

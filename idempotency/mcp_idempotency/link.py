@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import httpx2
 import mcp_types
 from mcp import Client, ClientSession
@@ -30,7 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-__all__ = ["CONNECTION_LOST", "Connection", "reopenable", "sent", "session_for"]
+__all__ = ["Connection"]
 
 # How the 2.x SDK's client says the transport went away with a request outstanding.
 CONNECTION_LOST = mcp_types.CONNECTION_CLOSED
@@ -106,7 +107,9 @@ def copied(like: Connection, transport: Any) -> Client:
 
 def lost(error: BaseException) -> bool:
     """Is this the transport giving up (a reset, a cut body, a refused connection), alone or grouped?"""
-    if isinstance(error, httpx2.TransportError):
+    # A stream the closing connection broke under an answer that came late, after the attempt had
+    # timed out, is the same unknown outcome: the attempt is over either way.
+    if isinstance(error, httpx2.TransportError | anyio.BrokenResourceError | anyio.ClosedResourceError):
         return True
     grouped = getattr(error, "exceptions", None)  # an ExceptionGroup, as the transport's task group raises
     return isinstance(grouped, tuple) and bool(grouped) and all(lost(inner) for inner in grouped)

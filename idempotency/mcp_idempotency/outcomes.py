@@ -12,7 +12,7 @@ from pydantic_core import to_json
 
 from . import rules
 
-__all__ = ["AsksAgain", "Outcome", "internal_error", "recorded", "rejection"]
+__all__ = []
 
 Outcome = dict[str, Any] | MCPError  # what a tools/call produced: a result, or a JSON-RPC error
 

@@ -1,4 +1,4 @@
-"""P12': does this mcp build hand a tools/call's raw idempotencyKey to an Extension before the tool runs?
+"""Does this mcp build hand a tools/call's raw idempotencyKey to an Extension before the tool runs?
 
 A build that hid the key would let a server look idempotent while it deduplicated
 nothing, so a server checks, by sending one keyed call through the SDK in process,

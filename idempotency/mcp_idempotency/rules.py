@@ -1,11 +1,11 @@
 """The rules of SEP-3182 that need no MCP SDK, for the 2.x layer and its servers.
 
-What a valid key is (P2), when two calls are the same request (P3), the window
-and the bound kept by default (P8, P9), and how each rejection reads on the wire
-(P5): the SEP's rules only, nothing of any server's tools. server.py (mcp 1.x)
+What a valid key is, when two calls are the same request, the window
+and the bound kept by default, and how each rejection reads on the wire:
+the SEP's rules only, nothing of any server's tools. server.py (mcp 1.x)
 holds its own copy of each, the one copy of logic kept on purpose, so that it reads
-alone beside the SEP; tests/ checks both servers on the wire with the same rows, so
-the two cannot drift apart unseen.
+alone beside the SEP; the repository's tests hold both servers on the wire to the same
+rules, so the two cannot drift apart unseen.
 """
 
 import enum
@@ -17,54 +17,18 @@ from typing import Any
 
 from pydantic_core import to_json
 
-__all__ = [
-    "ACKNOWLEDGEMENT",
-    "ARGUMENT_MARK",
-    "CLIENT_CAPABILITIES",
-    "CONFLICT",
-    "DEADLINE_SECONDS",
-    "DEFAULT_PLACEMENT",
-    "ERROR_CODE",
-    "EXTENSION_ID",
-    "INTERNAL_ERROR",
-    "INVALID_KEY",
-    "IN_PROGRESS",
-    "MAX_KEY_LENGTH",
-    "MAX_RECORDS",
-    "MAX_RECORDS_PER_PRINCIPAL",
-    "META_KEY",
-    "RETENTION_SECONDS",
-    "RETRYABLE",
-    "STORE_FULL",
-    "STORE_UNAVAILABLE",
-    "URL_ELICITATION_REQUIRED",
-    "InvalidKey",
-    "Placement",
-    "acknowledgement",
-    "advertise",
-    "as_json_value",
-    "capability",
-    "checked_key",
-    "declared",
-    "downstream_key",
-    "fingerprint",
-    "marked_argument",
-    "principal_name",
-    "principal_of",
-    "rejection",
-    "scoped_key",
-    "sent_key",
-    "undeclared",
-]
+from .errors import IdempotencyError
+
+__all__ = ["ARGUMENT_MARK", "EXTENSION_ID", "META_KEY", "InvalidKey", "Placement", "checked_key"]
 
 
 # ----------------------------------------------------------------------------
-# P2: valid keys
+# Valid keys
 # ----------------------------------------------------------------------------
 
 # The longest key taken unless the server is configured otherwise (stores.Limits.max_key_length,
 # `--max-key-length`): Stripe's limit, room for a UUID with any prefix a client adds. A server
-# may take fewer; the capability advertises what it takes (P11').
+# may take fewer; the capability advertises what it takes.
 
 
 MAX_KEY_LENGTH = 255
@@ -72,12 +36,13 @@ MAX_KEY_LENGTH = 255
 JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", dict: "an object", list: "an array"}
 
 
-class InvalidKey(ValueError):
-    """P2: an idempotencyKey that is neither absent nor a string of 1 to the server's longest characters."""
+class InvalidKey(IdempotencyError, ValueError):
+    """Raised by checked_key for an idempotencyKey that is neither absent nor a string of 1 to the server's longest
+    characters; the layer turns it into the invalid-key rejection the client sees, and runs nothing."""
 
 
 def checked_key(value: Any, longest: int) -> str | None:
-    """P2: the key a client sent in params.idempotencyKey, or None for no key (absent or null);
+    """The key a client sent in params.idempotencyKey, or None for no key (absent or null);
     `longest` is the longest key this server takes, the maxKeyLength it advertises."""
     if value is None:
         return None
@@ -89,12 +54,12 @@ def checked_key(value: Any, longest: int) -> str | None:
 
 
 # ----------------------------------------------------------------------------
-# P3: the same request
+# The same request
 # ----------------------------------------------------------------------------
 
 
 def as_json_value(value: Any) -> Any:
-    """P3: the value in one spelling: members in sorted order, whole-number floats as ints."""
+    """The value in one spelling: members in sorted order, whole-number floats as ints."""
     if type(value) is float:  # `type is`, not isinstance: True must not become 1
         return int(value) if value.is_integer() else value  # 1.0 -> 1, -0.0 -> 0
     if type(value) is dict:
@@ -105,24 +70,24 @@ def as_json_value(value: Any) -> Any:
 
 
 def fingerprint(tool: str, arguments: dict[str, Any] | None, key_argument: str | None = None) -> bytes:
-    """P3 (E1-E6): a digest equal for two calls exactly when they are the same request; a declared key
-    argument (`key_argument`, P26) is the key, not the request, so it plays no part."""
-    # as_json_value removes member order (E2) and makes numbers compare by value
-    # (E3); strings are compared as parsed, escapes already resolved, with no
-    # Unicode normalisation (E4); absent arguments count as {} and _meta is never
-    # passed in (E1). pydantic's serialiser costs a fraction of json.dumps;
+    """A digest equal for two calls exactly when they are the same request; a declared key
+    argument (`key_argument`) is the key, not the request, so it plays no part."""
+    # as_json_value removes member order and makes numbers compare by value;
+    # strings are compared as parsed, escapes already resolved, with no
+    # Unicode normalisation; absent arguments count as {} and _meta is never
+    # passed in. pydantic's serialiser costs a fraction of json.dumps;
     # "constants" keeps an infinity apart from null. BLAKE2b is not the cheaper
-    # digest: SHA-256 measured cheaper at every size (benchmarks/RESULTS.md, 2b). It
-    # stays because a new digest changes every stored fingerprint, so a retry across
-    # the upgrade would read as a conflict (docs/costs.md): a schema version's change.
+    # digest: SHA-256 measured cheaper at every size. It stays because a new digest
+    # changes every stored fingerprint, so a retry across the upgrade would read as a
+    # conflict: a schema version's change.
     others = {name: value for name, value in (arguments or {}).items() if name != key_argument}
     text = to_json([tool, as_json_value(others)], inf_nan_mode="constants")
     return hashlib.blake2b(text, digest_size=32).digest()
 
 
-RETENTION_SECONDS = 24 * 60 * 60  # P8: Stripe's window; outlasts any client's retry loop
-MAX_RECORDS = 10_000  # P9: a flood of unique keys costs at most this many records
-# P9': one principal's share of the store. A tenth of it, so that no fewer than ten
+RETENTION_SECONDS = 24 * 60 * 60  # Stripe's window; outlasts any client's retry loop
+MAX_RECORDS = 10_000  # a flood of unique keys costs at most this many records
+# One principal's share of the store. A tenth of it, so that no fewer than ten
 # principals flooding together fill the store; and more than any one client needs
 # live at once (a retry loop holds one key at a time, a batch agent a few hundred).
 # A deployment with many principals sets the shared bound to shares x principals.
@@ -130,21 +95,21 @@ MAX_RECORDS_PER_PRINCIPAL = 1_000
 
 
 def principal_name(principal: tuple[str, ...]) -> str:
-    """K2, P9': a principal as the store knows it, JSON text: no two principals spell the same."""
+    """A principal as the store knows it, JSON text: no two principals spell the same."""
     return json.dumps(list(principal))
 
 
 def scoped_key(principal: tuple[str, ...], key: str) -> str:
-    """K2, P21: a key as the store knows it, the principal's: no other principal's key can match it."""
+    """A key as the store knows it, the principal's: no other principal's key can match it."""
     # A JSON array of strings: two different (principal, key) pairs never spell the same
     # text, and every store and instance takes it as it takes a key. Records of an
     # earlier version hold bare keys, which are not JSON arrays unless a client sent
-    # one as its key: they match nothing, and expire (P8).
+    # one as its key: they match nothing, and expire.
     return json.dumps([*principal, key])
 
 
 def principal_of(stored_key: str) -> str:
-    """P9': the principal_name of a key as the store knows it; "" (nobody) for a bare key of an earlier version."""
+    """The principal_name of a key as the store knows it; "" (nobody) for a bare key of an earlier version."""
     try:
         parts = json.loads(stored_key)
     except ValueError:
@@ -155,7 +120,7 @@ def principal_of(stored_key: str) -> str:
 
 
 # ----------------------------------------------------------------------------
-# P30: what a request declares, which a replay must still fit
+# What a request declares, which a replay must still fit
 # ----------------------------------------------------------------------------
 
 CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"  # 2026-07-28: a request's own, in its _meta
@@ -169,7 +134,7 @@ def declared(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def undeclared(original: Mapping[str, Any], retry: Mapping[str, Any]) -> dict[str, Any]:
-    """P30: what the original request declared and its retry does not: each capability, and each extension."""
+    """What the original request declared and its retry does not: each capability, and each extension."""
     # A result may take its shape from what its request declared (a task handle only for a
     # client that declared Tasks, a UI resource only for one that renders it), and nothing
     # says which: so a replay asks of its retry everything the original declared.
@@ -183,7 +148,7 @@ def undeclared(original: Mapping[str, Any], retry: Mapping[str, Any]) -> dict[st
 
 
 def downstream_key(stored_key: str, fingerprint: bytes) -> str:
-    """P27: the key a running tool forwards to the API its effect lives in (as its Idempotency-Key header).
+    """The key a running tool forwards to the API its effect lives in (as its Idempotency-Key header).
 
     The same for every retry of one call on every instance, since it is derived from what
     they share: the key as the store knows it (so its principal's) and the request's
@@ -214,7 +179,7 @@ DEADLINE_SECONDS = 600.0
 
 
 # ----------------------------------------------------------------------------
-# P26: where the key is read and the capability written, one placement at a time
+# Where the key is read and the capability written, one placement at a time
 # ----------------------------------------------------------------------------
 
 # The extension's id and its _meta key, by SEP-2133 and the _meta naming rules of
@@ -244,20 +209,20 @@ ARGUMENT_MARK = "x-mcp-idempotency-key"
 
 
 class Placement(enum.Enum):
-    """P26: the SEP's field and capability, an extension with a request _meta key, or a declared argument."""
+    """The SEP's field and capability, an extension with a request _meta key, or a declared argument."""
 
-    PARAMS = "params"  # params.idempotencyKey, capabilities.tools.idempotency (the SEP's, W1, C1)
+    PARAMS = "params"  # params.idempotencyKey, capabilities.tools.idempotency (the SEP's)
     META = "meta"  # params._meta[META_KEY], capabilities.extensions[EXTENSION_ID] (SEP-2133)
     ARGUMENT = "argument"  # params.arguments[the property marked ARGUMENT_MARK in the tool's inputSchema]
 
 
-# The extension's _meta key unless a server picks another (docs/options.md): it survives every
+# The extension's _meta key unless a server picks another: it survives every
 # SDK and re-serialising proxy measured, the model never sees it, and no core schema changes.
 DEFAULT_PLACEMENT = Placement.META
 
 
 def marked_argument(input_schema: Mapping[str, Any]) -> str | None:
-    """P26: the name of the property a tool's inputSchema marks as its key, or None: that tool takes no key."""
+    """The name of the property a tool's inputSchema marks as its key, or None: that tool takes no key."""
     properties = input_schema.get("properties")
     if not isinstance(properties, Mapping):
         return None
@@ -265,8 +230,18 @@ def marked_argument(input_schema: Mapping[str, Any]) -> str | None:
     return marked[0] if len(marked) == 1 else None  # two marks say no one key: the tool takes none
 
 
+def without_key(schema: dict[str, Any]) -> dict[str, Any]:
+    """An inputSchema as a model should see it: without its marked key property, nor that property among required."""
+    name = marked_argument(schema)
+    if name is None:
+        return schema
+    properties = {other: value for other, value in schema["properties"].items() if other != name}
+    required = [other for other in schema.get("required", []) if other != name]
+    return {**schema, "properties": properties, **({"required": required} if "required" in schema else {})}
+
+
 def sent_key(params: Mapping[str, Any], placement: Placement, key_argument: str | None = None) -> Any:
-    """P1, P26: what the request carries where this placement reads a key; a key in another place is no key.
+    """What the request carries where this placement reads a key; a key in another place is no key.
     `key_argument` is the called tool's marked property (marked_argument), for the argument placement."""
     if placement is Placement.PARAMS:
         return params.get("idempotencyKey")
@@ -278,7 +253,7 @@ def sent_key(params: Mapping[str, Any], placement: Placement, key_argument: str 
 
 
 def advertise(capabilities: dict[str, Any], placement: Placement, settings: dict[str, int]) -> None:
-    """C1, P14, P26: the capability's settings where this placement advertises them, and only there."""
+    """The capability's settings where this placement advertises them, and only there."""
     if placement is Placement.PARAMS:
         capabilities.setdefault("tools", {})["idempotency"] = settings
     elif placement is Placement.META:
@@ -289,12 +264,12 @@ def advertise(capabilities: dict[str, Any], placement: Placement, settings: dict
 
 
 # ----------------------------------------------------------------------------
-# P5: rejections on the wire
+# Rejections on the wire
 # ----------------------------------------------------------------------------
 
-# The code the seed prototype used, kept: the SEP names none (S3a). It is not the
+# The code the seed prototype used, kept: the SEP names none. It is not the
 # whole answer, since in-progress, store-full and store-unavailable mean "retry" and the
-# other two "do not retry": error.data.retryable says which (P5'), and a client
+# other two "do not retry": error.data.retryable says which, and a client
 # branches on it and error.data.type, never on the code.
 ERROR_CODE = -32602
 
@@ -312,21 +287,21 @@ MESSAGES = {
     STORE_UNAVAILABLE: "the idempotency store failed before this request's outcome was recorded; retry shortly",
 }
 
-# P5': the rejections after which the same request, sent again later, may succeed.
+# The rejections after which the same request, sent again later, may succeed.
 RETRYABLE = {IN_PROGRESS, STORE_FULL, STORE_UNAVAILABLE}
 
 
-# P6': what a client is told when something unexpected escapes a keyed tool call; kept
+# What a client is told when something unexpected escapes a keyed tool call; kept
 # like any outcome, so the key never stays running and every retry hears the same.
 INTERNAL_ERROR: dict[str, Any] = {"code": -32603, "message": "Internal error: the tool call failed unexpectedly"}
 
-# P6': -32042, URL elicitation required: "finish this in the browser, then send the same
+# -32042, URL elicitation required: "finish this in the browser, then send the same
 # request again". Kept, it would answer that retry for the whole window: never recorded.
 URL_ELICITATION_REQUIRED = -32042
 
 
 def rejection(kind: str, key: str | None = None, detail: str | None = None) -> dict[str, Any]:
-    """P5, P5': the JSON-RPC error object for a rejection; an invalid key is not echoed (P2)."""
+    """The JSON-RPC error object for a rejection; an invalid key is not echoed."""
     message = MESSAGES[kind] if detail is None else f"{MESSAGES[kind]}; {detail}"
     data: dict[str, Any] = {"type": kind, "retryable": kind in RETRYABLE}
     if key is not None:

@@ -223,7 +223,7 @@ def after_tool(layer) -> None:
 
 
 def after_completing_commit(backend) -> None:
-    reach_after([transaction_of(backend)], "commit", "after-commit", lambda tx, _: tx.completed)
+    reach_after([transaction_of(backend)], "end", "after-commit", lambda tx, _: tx.completed)
 
 
 def before_postgres_claim_commits(asyncpg) -> None:

@@ -1,28 +1,28 @@
-"""Where the idempotency records live, shared by every instance (P15), and the unit of work a tool joins.
+"""Where the idempotency records live, shared by every instance, and the unit of work a tool joins.
 
 One interface, three stores, one module each, chosen by URL:
 
     memory                 memory.py: this process's dicts; a retry that lands on another
-                           instance, or after a restart, finds nothing (rule L2's failure,
-                           offered to show it)
+                           instance, or after a restart, finds nothing (what a
+                           shared store exists to prevent, offered to show it)
     sqlite:PATH            sqlite.py: one file, several processes on one machine (the default)
     postgresql://...       postgres.py: one server, several machines; its clock is the only
-                           clock (P19); its tables and claim function are postgres_v3.sql
+                           clock; its tables and claim function are postgres_v3.sql
 
 Every store answers what the dispatch layer asks:
 
     claim(key, fingerprint, principal)
-                              P4, P16, P18: the record that holds the key (read first, with
+                              The record that holds the key (read first, with
                               no lock, so most retries cost a read), or else the key taken in
                               one atomic step, or a takeover of a claim whose lease passed;
-                              P9, P9': refused when the store, or this principal's share of
+                              Refused when the store, or this principal's share of
                               it, is full
-    renew(key, owner)         P18': the holder, alive, moves its lease on while the tool
+    renew(key, owner)         the holder, alive, moves its lease on while the tool
                               runs, so a retry is never let in on a live run
-    release(key, owner)       P6': the key given back, so the retry runs the tool again
+    release(key, owner)       the key given back, so the retry runs the tool again
     forget(principal)         every record of one principal, running or completed, deleted
                               (an account closed, a data-protection request): how many
-    transaction()             P17: a unit of work; the tool's own writes join the one the
+    transaction()             a unit of work; the tool's own writes join the one the
                               dispatch layer opened (as a savepoint), and
                               tx.complete() has the commit complete the record with them,
                               or roll both back (fencing)
@@ -40,18 +40,18 @@ mcp_idempotency_demo/ledger.py is such a tool.
 
 A store that fails (busy, locked, full, an I/O error, a lost connection) raises
 StoreUnavailable, and a unit of work that met one says so in `failure`: the dispatch
-layer then records nothing, gives the key back and tells the client to retry (P23).
+layer then records nothing, gives the key back and tells the client to retry. An error
+of the tool's own statement (its SQL, its data) is the tool's: it propagates as it is.
+The unit of work's policy is unit_of_work.py's, the same on every store.
 
-Every record is running (its deadline is the lease's end, moved on by each renewal,
-P18') or completed (its
-deadline is the retention window's end, P8). A record past its deadline reads as
-absent, or as free to take over (`may_take` below says which); the bound (P9) is kept by a count, and expired
-records are purged only when the count reaches it. A principal's share (P9') counts its
+Every record is running (its deadline is the lease's end, moved on by each renewal)
+or completed (its deadline is the retention window's end). A record past its deadline reads as
+absent, or as free to take over (`may_take` below says which); the bound is kept by a count, and expired
+records are purged only when the count reaches it. A principal's share counts its
 records whose deadline has not passed, through an index on (principal, deadline): no
 count of its own to keep in step, and a record that expires frees its place at once.
 """
 
-import contextvars
 import itertools
 import math
 import uuid
@@ -59,25 +59,24 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, NamedTuple
+from typing import NamedTuple
+from urllib.parse import urlsplit
 
 import anyio
 
+from ..errors import IdempotencyError, InvalidSetting
 from ..rules import DEADLINE_SECONDS, MAX_KEY_LENGTH, MAX_RECORDS, MAX_RECORDS_PER_PRINCIPAL, RETENTION_SECONDS
+from .unit_of_work import Row, StoreUnavailable, Transaction, UnitOfWork, UnitOfWorkMisused
 
 __all__ = [
-    "Full",
-    "Held",
     "Limits",
+    "Misconfigured",
     "OtherSchema",
     "Row",
-    "Store",
     "StoreUnavailable",
     "Transaction",
     "UnitOfWork",
-    "Won",
-    "checked_url",
+    "UnitOfWorkMisused",
     "open_store",
 ]
 
@@ -87,57 +86,57 @@ __all__ = [
 
 
 class Won(NamedTuple):
-    """This call holds the key: it may run the tool. `owner` is its fencing token (P18)."""
+    """This call holds the key: it may run the tool. `owner` is its fencing token."""
 
     owner: str
 
 
 class Held(NamedTuple):
-    """A record holds the key (P4): its fingerprint, and its outcome once completed."""
+    """A record holds the key: its fingerprint, and its outcome once completed."""
 
     fingerprint: bytes
     outcome: str | None  # None: still running, within its lease
 
 
 class Full(NamedTuple):
-    """P9, P9': the store, or the principal's share of it, holds all the live records it may: a new key is refused."""
-
-
-class StoreUnavailable(Exception):
-    """P23: the store failed (busy, locked, full, an I/O error, a lost connection): nothing was recorded."""
+    """The store, or the principal's share of it, holds all the live records it may: a new key is refused."""
 
 
 def may_take(status: str, stored_fingerprint: bytes, deadline_passed: bool, fingerprint: bytes) -> bool:
-    """P8, P18: may a claim for `fingerprint` take the key from the record that holds it?
+    """May a claim for `fingerprint` take the key from the record that holds it?
 
     Only once the record's deadline has passed: a completed record has then expired, and
     the key is new to any request; a running one's lease has passed, and the same request
     takes it over, while another request under the key is still a conflict (it must never
     run with the original's key). This is the rule's one statement in Python: the memory
     store calls it, and the SQL stores' copies, which must decide inside the database in
-    one atomic step, are checked against it by tests/test_store.py."""
+    one atomic step, are checked against it by the repository's store tests."""
     return deadline_passed and (status == "completed" or stored_fingerprint == fingerprint)
 
 
 # The longest any statement waits for a lock, or a writer for the file. A unit of
-# work that waited most of its lease would find its key taken over anyway (P18);
+# work that waited most of its lease would find its key taken over anyway;
 # failing sooner gives the key back while the client still retries.
 LONGEST_WAIT = 10.0
-# P18': how long a holder that stopped renewing (killed, frozen, cut off) keeps its key;
+# How long a holder that stopped renewing (killed, frozen, cut off) keeps its key;
 # a live one renews every quarter of it, however long its tool runs.
 LEASE_SECONDS = 30.0
+# The shortest lease a holder can keep: it renews every quarter lease, and a renewal may wait
+# a third of it for the store; below a second, one slow statement or a busy event loop lets
+# the lease pass before its renewal lands, and a live run is taken over.
+SHORTEST_LEASE = 1.0
 
 
 @dataclass(frozen=True)
 class Limits:
-    """The windows and the bounds every store enforces (P8, P9, P9', P18), the longest key the layer
-    takes (P2), which it advertises beside the window (P11'), and how long a keyed run may take."""
+    """The windows and the bounds every store enforces, the longest key the layer
+    takes, which it advertises beside the window, and how long a keyed run may take."""
 
     retention: float = RETENTION_SECONDS  # seconds a completed record is replayed
-    lease: float = LEASE_SECONDS  # seconds a holder that stopped renewing keeps its claim from a takeover (P18')
+    lease: float = LEASE_SECONDS  # seconds a holder that stopped renewing keeps its claim from a takeover
     max_records: int = MAX_RECORDS  # live records at most, running or completed
-    max_records_per_principal: int = MAX_RECORDS_PER_PRINCIPAL  # P9': one principal's records whose deadline is ahead
-    max_key_length: int = MAX_KEY_LENGTH  # P2: characters in a key at most; the store holds whatever it is given
+    max_records_per_principal: int = MAX_RECORDS_PER_PRINCIPAL  # one principal's records whose deadline is ahead
+    max_key_length: int = MAX_KEY_LENGTH  # characters in a key at most; the store holds whatever it is given
     deadline: float = DEADLINE_SECONDS  # seconds a keyed run may take before it is stopped, unless its tool has its own
 
     def __post_init__(self) -> None:
@@ -148,11 +147,16 @@ class Limits:
         for name in ("retention", "lease", "max_records", "max_records_per_principal", "max_key_length", "deadline"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-                raise ValueError(f"Limits({name}={value!r}): {name} must be a finite number above zero")
+                raise InvalidSetting(f"Limits({name}={value!r}): {name} must be a finite number above zero")
+        if self.lease < SHORTEST_LEASE:
+            raise InvalidSetting(
+                f"Limits(lease={self.lease!r}): a lease must be {SHORTEST_LEASE:g} s or more: "
+                "a shorter one passes before its renewal lands"
+            )
 
     @property
     def wait(self) -> float:
-        """How long a statement may wait for a lock, or a writer for the file, before the store gives up (P23)."""
+        """How long a statement may wait for a lock, or a writer for the file, before the store gives up."""
         return min(LONGEST_WAIT, self.lease / 3)
 
 
@@ -164,7 +168,7 @@ claims_made = itertools.count()
 
 
 def new_owner() -> str:
-    """P18: a token no other claim has, so a claim can be given back only by its holder."""
+    """A token no other claim has, so a claim can be given back only by its holder."""
     return f"{PROCESS}-{next(claims_made)}"
 
 
@@ -182,8 +186,22 @@ UPGRADABLE = 2
 UPGRADE = "mcp-idempotency-store upgrade"  # stores/command.py
 
 
-class OtherSchema(Exception):
-    """The store holds another schema version than this code reads; the message, one line, says what to do."""
+class Misconfigured(IdempotencyError):
+    """Raised as the store opens (at the server's start, or by `mcp-idempotency-store`) when it cannot open as
+    configured; the operator sees one line that names the fix, and the server does not start."""
+
+
+class OtherSchema(Misconfigured):
+    """Raised as the store opens, or by `mcp-idempotency-store upgrade`, when it holds another schema version than
+    this code reads; the operator sees one line saying what to do (the upgrade command, or an empty database)."""
+
+
+def tables_refusal(number: int, error: Exception, again: bool) -> Misconfigured:
+    """The one line for a tool's schema statement that fails as the store opens, or would on the next start."""
+    if again:  # it ran once, and failed run again: the next start would stop on it
+        fix = "let it allow for what it made before (CREATE TABLE IF NOT EXISTS, INSERT ... WHERE NOT EXISTS)"
+        return Misconfigured(f"the tools' table statement {number} would fail on the next start ({error}): {fix}")
+    return Misconfigured(f"the tools' table statement {number} failed ({error}): correct it")
 
 
 def refusal(url: str, found: int, otherwise: str) -> OtherSchema:
@@ -208,99 +226,6 @@ def must_upgrade(url: str, found: int, otherwise: str) -> bool:
     return found == UPGRADABLE
 
 
-# ----------------------------------------------------------------------------
-# A unit of work, and a nested one (a savepoint)
-# ----------------------------------------------------------------------------
-
-Row = tuple[Any, ...]  # a row a tool's query returns, its columns in the query's order
-
-# The unit of work open in this task, if any. The dispatch layer opens one around a
-# keyed tool call; the tool's own `transaction()` then joins it as a savepoint rather
-# than committing on its own, as nested atomic() blocks do in Django. So a tool holds
-# no idempotency code, its write commits, or rolls back, with the record (P17), and a
-# nested block that fails undoes exactly what it did, as it would unkeyed (P17).
-_open_transaction: contextvars.ContextVar["Transaction | None"] = contextvars.ContextVar("open", default=None)
-
-
-class Transaction(ABC):
-    """The statements of one unit of work; each store says how they run, and how a tool's run in it.
-
-    Nothing is sent until the first statement: a tool that waits before it writes
-    (a slow payment processor) holds no lock meanwhile. Savepoints asked for before
-    then begin with that statement (on SQL stores, sent in the same trip: P17 at no
-    extra round trip).
-    """
-
-    def __init__(self) -> None:
-        self.failure: Exception | None = None  # P23: the store failure this unit of work met, if any
-        self.savepoints: list[str] = []  # open savepoints, innermost last
-        self.unsent = 0  # how many of the innermost savepoints have not yet begun
-        self.count = itertools.count(1)
-        self.completion: tuple[str, bytes, str] | None = None  # P17: the record to complete with the commit
-        self.completed = False  # the commit completed it: this unit of work's execution is the one recorded
-        self.ending = False  # its owner is committing or rolling it back: nothing may join it any more
-
-    def savepoint(self) -> str:
-        """P17: open a nested unit of work; it begins with the next statement."""
-        name = f"nested_{next(self.count)}"
-        self.savepoints.append(name)
-        self.unsent += 1
-        return name
-
-    def pending(self) -> list[str]:
-        """The names of the savepoints to begin before the next statement, now counted as begun."""
-        names = self.savepoints[len(self.savepoints) - self.unsent :]
-        self.unsent = 0
-        return names
-
-    async def end_savepoint(self, name: str, failed: bool) -> None:
-        """P17: close a nested unit of work: kept, or rolled back to where it began."""
-        self.savepoints.remove(name)
-        if self.unsent:  # never begun: nothing ran inside it, nothing to undo
-            self.unsent -= 1
-        elif failed and self.failure is None:
-            await self.rollback_to(name)
-        # A kept savepoint is not released: COMMIT releases it, with no trip of its own.
-
-    @abstractmethod
-    async def rollback_to(self, name: str) -> None:
-        """Undo what ran since savepoint `name`; the unit of work goes on."""
-
-    # -- a tool's own statements: one SQL text, $1, $2... for its arguments, on every store --
-
-    @abstractmethod
-    async def execute(self, sql: str, *args: object) -> int:
-        """Run one statement in this unit of work; how many rows an INSERT, UPDATE or DELETE changed (else 0)."""
-
-    @abstractmethod
-    async def fetchall(self, sql: str, *args: object) -> list[Row]:
-        """Run one query in this unit of work; its rows, as tuples."""
-
-    async def fetchone(self, sql: str, *args: object) -> Row | None:
-        """Run one query in this unit of work; its first row, as a tuple, or None."""
-        rows = await self.fetchall(sql, *args)
-        return rows[0] if rows else None
-
-    @abstractmethod
-    async def lock(self, name: str) -> None:
-        """Hold the lock `name` until this unit of work ends: another unit of work asking for it waits meanwhile."""
-
-    def complete(self, key: str, fingerprint: bytes, outcome: str) -> None:
-        """P17, P18: record the outcome (opening its window, P8) with the commit, if the key is
-        still running for this request: the first completion wins. Else the commit becomes a
-        rollback of every statement of this unit of work; `completed` then says False."""
-        self.completion = (key, fingerprint, outcome)
-
-    @abstractmethod
-    async def commit(self) -> None:
-        """Make every statement of this unit of work durable, together, with its completion if any.
-        Called by UnitOfWork's exit only, once; so is `rollback`."""
-
-    @abstractmethod
-    async def rollback(self) -> None:
-        """Undo every statement of this unit of work."""
-
-
 class Store(ABC):
     """A place for records that every instance of the server shares (or not: memory)."""
 
@@ -311,23 +236,23 @@ class Store(ABC):
 
     @abstractmethod
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
-        """P4, P8, P9, P9', P16, P18: the record that holds `key` (an expired one counts as absent,
+        """The record that holds `key` (an expired one counts as absent,
         a running one whose lease passed is taken over by the same request), or the key taken
         for `principal` (rules.principal_name), unless the store or that principal's share is full."""
 
     @abstractmethod
     async def release(self, key: str, owner: str) -> None:
-        """P6': give the key back (drop its running record) if `owner` still holds it, so a retry runs anew."""
+        """Give the key back (drop its running record) if `owner` still holds it, so a retry runs anew."""
 
     @abstractmethod
     async def renew(self, key: str, owner: str) -> bool:
-        """P18': move the lease of `owner`'s running claim on by a whole lease; False if it is no longer
+        """Move the lease of `owner`'s running claim on by a whole lease; False if it is no longer
         theirs (taken over, given back, forgotten, or completed)."""
 
     @abstractmethod
     async def forget(self, principal: str) -> int:
         """Delete every record of `principal`, running or completed; how many there were. A call of
-        theirs running meanwhile finds its record gone: its completion is fenced off (P18)."""
+        theirs running meanwhile finds its record gone: its completion is fenced off."""
 
     @abstractmethod
     def begin(self) -> Transaction:
@@ -336,48 +261,9 @@ class Store(ABC):
     async def close(self) -> None:  # noqa: B027 (the memory store holds nothing to give back)
         """Give back connections and files."""
 
-    def transaction(self) -> "UnitOfWork":
-        """P17: a unit of work that commits on success and rolls back on any error; nested, a savepoint."""
-        return UnitOfWork(self)
-
-
-class UnitOfWork:
-    """`async with store.transaction() as tx:` a savepoint in the transaction open in this task
-    if there is one, else a new transaction; committed (or kept) on success, rolled back on any error.
-
-    A task started from inside a unit of work inherits it (anyio copies the context into every
-    task), so work a tool spawns may outlive the call: once the call's unit of work is ending,
-    that work's own `transaction()` begins a new one instead of joining one that is over.
-
-    Its exit is the one place a transaction ends: nothing else commits or rolls one back (P17)."""
-
-    def __init__(self, store: Store):
-        self.store = store
-
-    async def __aenter__(self) -> Transaction:
-        self.outer = _open_transaction.get()
-        if self.outer is not None and self.outer.ending:
-            self.outer = None  # spawned work, after the call that spawned it: a unit of work of its own
-        if self.outer is not None:
-            self.savepoint = self.outer.savepoint()
-            return self.outer
-        self.tx = self.store.begin()
-        self.token = _open_transaction.set(self.tx)
-        return self.tx
-
-    async def __aexit__(
-        self, error_type: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        with anyio.CancelScope(shield=True):  # a cancelled caller must still release the store
-            if self.outer is not None:
-                await self.outer.end_savepoint(self.savepoint, failed=error_type is not None)
-                return
-            _open_transaction.reset(self.token)
-            self.tx.ending = True
-            if error_type is None:
-                await self.tx.commit()
-            else:
-                await self.tx.rollback()
+    def transaction(self) -> UnitOfWork:
+        """A unit of work that commits on success and rolls back on any error; nested in this task, a savepoint."""
+        return UnitOfWork(self.begin)
 
 
 # ----------------------------------------------------------------------------
@@ -397,7 +283,7 @@ def checked_url(url: str) -> str:
                 "a postgresql:// store needs the asyncpg driver: pip install 'mcp-idempotency[postgres]'"
             ) from None
         return url
-    raise ValueError(f"unknown store {url!r}: use memory, sqlite:PATH or postgresql://USER@HOST/DATABASE")
+    raise InvalidSetting(f"unknown store {url!r}: use memory, sqlite:PATH or postgresql://USER@HOST/DATABASE")
 
 
 @asynccontextmanager
@@ -407,23 +293,38 @@ async def open_store(url: str, limits: Limits, tables: Sequence[str] = ()) -> As
     `tables` are the tools' own schema statements, run in order beside the records' as the
     store opens, under its schema lock, so instances starting together on an empty store
     take turns; every start runs them, so each must allow for what it made before
-    (CREATE TABLE IF NOT EXISTS, an INSERT ... WHERE NOT EXISTS)."""
+    (CREATE TABLE IF NOT EXISTS, an INSERT ... WHERE NOT EXISTS): they run twice as the store
+    opens, the second run undone, so one that would fail on the next start fails on this one.
+
+    A store that cannot open as configured (no folder for the file, no server, no such
+    database, a statement that fails) raises Misconfigured, its message one line that names the fix."""
     checked_url(url)
-    store: Store
-    if url == "memory":
-        from .memory import MemoryStore
-
-        store = MemoryStore(limits, tables=tables)
-    elif url.startswith("sqlite:"):
-        from .sqlite import SQLiteStore
-
-        store = SQLiteStore(url.removeprefix("sqlite:"), limits, tables=tables)
-    else:
-        from .postgres import PostgresStore
-
-        store = await PostgresStore.open(url, limits, tables)
+    store = await opened(url, limits, tables)
     try:
         yield store
     finally:
         with anyio.CancelScope(shield=True):
             await store.close()
+
+
+async def opened(url: str, limits: Limits, tables: Sequence[str]) -> Store:
+    """The store a checked URL names, open."""
+    if url == "memory":
+        from .memory import MemoryStore
+
+        return MemoryStore(limits, tables=tables)
+    if url.startswith("sqlite:"):
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore(url.removeprefix("sqlite:"), limits, tables=tables)
+    from .postgres import PostgresStore
+
+    return await PostgresStore.open(url, limits, tables)
+
+
+def shown(url: str) -> str:
+    """The URL, as a log may show it: its password left out."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()

@@ -5,7 +5,7 @@
     python -m mcp_idempotency.stores.command ...   the same
 
 A server refuses a store of version 2 at start, in one line that names `upgrade`. The
-upgrade keeps every record, each now with its principal (P9'), and every other table as
+upgrade keeps every record, each now with its principal, and every other table as
 it is (the demo's ledger); a store of version 3 already is left alone. Stop the previous
 version's servers first: its claims, which name no principal, fail on the upgraded
 store, so they answer idempotency_store_unavailable (never a run without the record).
@@ -15,7 +15,7 @@ ends: an account closed, a data-protection request. The principal is named by it
 as the layer finds them: with OAuth the issuer and the subject (`forget URL
 https://issuer.example alice`), without authorisation `"one tenant"`. Its keys then run
 anew; no other principal's record is touched. A call of theirs running meanwhile finds
-its record gone, so its completion is fenced off (P18): its effect in the store rolls
+its record gone, so its completion is fenced off: its effect in the store rolls
 back, its client is told in progress, and its retry runs anew.
 
 Each command says what it did in one line; a store it cannot work on ends it with one
@@ -31,7 +31,7 @@ import anyio
 from ..rules import principal_name
 from . import SCHEMA_VERSION, UPGRADABLE, Limits, OtherSchema, open_store
 
-__all__ = ["forget", "main", "upgrade"]
+__all__ = ["main"]
 
 
 async def upgrade(url: str) -> bool:

@@ -1,4 +1,4 @@
-"""memory: one process's dicts, what rule L2 says does not satisfy the guarantee (offered to show why).
+"""memory: one process's dicts, which no other instance shares, so no guarantee across them (offered to show why).
 
 A tool's own data lives in a private in-memory SQLite database, so a tool's statements
 run unchanged here, on SQLite and on PostgreSQL; the records stay in dicts.
@@ -9,22 +9,28 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
-from . import Full, Held, Limits, Row, Store, Transaction, Won, may_take, new_owner
-from .sqlite import changed_rows, create_tables, rows_of
+from . import Full, Held, Limits, Store, Transaction, Won, may_take, new_owner
+from .sql import SQLiteStatements, create_tables
+from .unit_of_work import Completion, take
 
-__all__ = ["MemoryStore", "MemoryTransaction"]
+__all__ = []
+
+
+# Said when a unit of work waits past the store's wait for another to let go of the tools' tables.
+WRITER_TAKEN = "memory: another unit of work holds the tools' tables; do slow work before the first statement"
 
 
 @dataclass
 class Record:
-    principal: str  # whose share it counts against (P9')
+    principal: str  # whose share it counts against
     fingerprint: bytes
     status: str  # "running" or "completed"
-    deadline: float  # running: the lease's end (P18); completed: the retention window's end (P8)
-    owner: str | None = None  # running: the claim's token, so only it gives the key back (P6')
+    deadline: float  # running: the lease's end; completed: the retention window's end
+    owner: str | None = None  # running: the claim's token, so only it gives the key back
     outcome: str | None = None  # completed: what is replayed
 
 
@@ -38,10 +44,10 @@ class MemoryStore(Store):
         self.clock = clock
         self.records: dict[str, Record] = {}
         # Each completion, (key, deadline), in the order they happened, which is the order
-        # they expire in: a purge only ever looks at the front (P8). A key completed again
+        # they expire in: a purge only ever looks at the front. A key completed again
         # after it expired is in it twice; only the entry with its record's deadline is current.
         self.expiry_order: deque[tuple[str, float]] = deque()
-        self.keys_of: dict[str, set[str]] = {}  # P9': principal -> its keys, as the SQL stores' index on principal
+        self.keys_of: dict[str, set[str]] = {}  # principal -> its keys, as the SQL stores' index on principal
         # The tools' tables: statements run on the event loop (no disk to wait for), one
         # unit of work at a time, from its first statement to its end, as on SQLite.
         self.data = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -52,7 +58,7 @@ class MemoryStore(Store):
         self.data.close()
 
     def purge(self) -> None:
-        """P8, P9: drop the completed records whose window has passed; called only when the store is full."""
+        """Drop the completed records whose window has passed; called only when the store is full."""
         now = self.clock()
         while self.expiry_order:
             key, deadline = self.expiry_order[0]
@@ -72,7 +78,7 @@ class MemoryStore(Store):
         self.keys_of[record.principal].discard(key)
 
     def share_taken(self, principal: str, key: str, now: float) -> bool:
-        """P9': does `principal` hold its share of records whose deadline is ahead, `key`'s own aside?"""
+        """Does `principal` hold its share of records whose deadline is ahead, `key`'s own aside?"""
         keys, share = self.keys_of.get(principal, set()), self.limits.max_records_per_principal
         if len(keys) < share:  # fewer records than the share, live or not: no walk
             return False
@@ -80,7 +86,7 @@ class MemoryStore(Store):
         return sum(1 for _ in live) >= share
 
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
-        # No `await` in here: on one event loop the look-up and the write are one step (P16).
+        # No `await` in here: on one event loop the look-up and the write are one step.
         now = self.clock()
         record = self.records.get(key)
         if record is not None and not may_take(record.status, record.fingerprint, record.deadline <= now, fingerprint):
@@ -118,61 +124,50 @@ class MemoryStore(Store):
         return MemoryTransaction(self)
 
 
-class MemoryTransaction(Transaction):
+class MemoryTransaction(SQLiteStatements):
     """A tool's statements, in a transaction of the private database begun at the first of them;
-    the record's completion is checked as it commits, so a fenced one drops them (P17, P18)."""
+    the record's completion is checked as it commits, so a fenced one drops them."""
 
     def __init__(self, store: MemoryStore):
         super().__init__()
         self.store = store
-        self.open = False  # BEGIN ran: the store's turn is held until COMMIT or ROLLBACK
 
-    async def database(self) -> sqlite3.Connection:
-        """The private database, inside this unit of work's transaction and any savepoint not yet begun."""
+    async def send(self, begin: bool, savepoints: list[str], statement: Callable[[Any], Any]) -> Any:
         db = self.store.data
-        if not self.open:
-            await self.store.turn.acquire()
-            db.execute("BEGIN")
-            self.open = True
-        for savepoint in self.pending():
-            db.execute(f"SAVEPOINT {savepoint}")
-        return db
+        if begin:
+            await take(self.store.turn, self.store.limits.wait, WRITER_TAKEN)
+            try:
+                db.execute("BEGIN")
+            except BaseException:
+                self.store.turn.release()
+                raise
+            self.begun = True
+        for name in savepoints:
+            db.execute(f"SAVEPOINT {name}")
+        return statement(db)
 
-    async def execute(self, sql: str, *args: object) -> int:
-        return changed_rows(await self.database(), sql, args)
-
-    async def fetchall(self, sql: str, *args: object) -> list[Row]:
-        return rows_of(await self.database(), sql, args)
-
-    async def lock(self, name: str) -> None:
-        await self.database()  # the store's one turn covers every name
-
-    async def rollback_to(self, name: str) -> None:
-        (await self.database()).execute(f"ROLLBACK TO {name}")
-
-    async def commit(self) -> None:
+    async def finish(self, completion: Completion | None) -> bool:
         # No `await` from the check to COMMIT: on one event loop, nothing completes the key meanwhile.
-        if self.completion is not None:
-            key, fingerprint, outcome = self.completion
-            record = self.store.records.get(key)
-            if record is None or record.status != "running" or record.fingerprint != fingerprint:
-                self.end("ROLLBACK")  # P18: fenced off, and with it every statement of this unit of work
-                return
-            record.status, record.owner, record.outcome = "completed", None, outcome
-            record.deadline = self.store.clock() + self.store.limits.retention  # P8: from the completion
-            self.store.expiry_order.append((key, record.deadline))  # at the back: completion order is expiry order
-            self.completed = True
-        self.end("COMMIT")
+        if completion is not None:
+            record = self.store.records.get(completion.key)
+            if record is None or record.status != "running" or record.fingerprint != completion.fingerprint:
+                self.let_go("ROLLBACK")  # fenced off, and with it every statement of this unit of work
+                return False
+            record.status, record.owner, record.outcome = "completed", None, completion.outcome
+            record.deadline = self.store.clock() + self.store.limits.retention  # the window opens at completion
+            self.store.expiry_order.append((completion.key, record.deadline))  # completion order is expiry order
+        self.let_go("COMMIT")
+        return completion is not None
 
-    async def rollback(self) -> None:
-        self.end("ROLLBACK")
+    async def abandon(self) -> None:
+        self.let_go("ROLLBACK")
 
-    def end(self, statement: str) -> None:
+    def let_go(self, statement: str) -> None:
         """COMMIT or ROLLBACK, if this unit of work began; then let the next one in."""
-        if not self.open:
+        if not self.begun:
             return
         try:
             self.store.data.execute(statement)
         finally:
-            self.open = False
+            self.begun = False
             self.store.turn.release()

@@ -1,10 +1,10 @@
-"""postgresql: one server, several machines; its clock is the only clock (P19).
+"""postgresql: one server, several machines; its clock is the only clock.
 
 The tables are stores/postgres_v3.sql and the claim function postgres_v3_claim.sql,
 created once on an empty database; a database holding another version is refused in
 one line, which names `mcp-idempotency-store upgrade URL` for version 2 (see `upgrade`).
 
-Every wait is bounded (P23): a lock for `limits.wait` (then a claim answers in
+Every wait is bounded: a lock for `limits.wait` (then a claim answers in
 progress, a unit of work gives up), a statement for a lease, a session idle inside
 a transaction for a lease and a wait (a frozen instance's locks are freed), a
 command the client sent for a lease, a pooled connection for `limits.wait`. The
@@ -17,22 +17,27 @@ from one transaction to the next, so the store then rests nothing on the session
 sends no session settings (pgbouncer refuses them at connect) but finds them on the
 database, or refuses to start with the one line that sets them; and it turns asyncpg's
 named prepared statements off (pgbouncer before 1.21 loses them), so each statement
-takes two round trips instead of one. Tested behind pgbouncer 1.18 (tests/test_pooler.py).
+takes two round trips instead of one. Tested behind pgbouncer 1.18.
 """
 
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+import time
+from collections.abc import Callable, Sequence
 from importlib.resources import files
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+import anyio
 import asyncpg
 
+from ..errors import ServerMisconfigured
 from ..rules import principal_of
 from . import (
     SCHEMA_VERSION,
     Full,
     Held,
     Limits,
+    Misconfigured,
     Row,
     Store,
     StoreUnavailable,
@@ -41,15 +46,15 @@ from . import (
     must_create,
     must_upgrade,
     new_owner,
+    tables_refusal,
 )
+from .unit_of_work import Completion
 
-__all__ = ["PostgresStore", "PostgresTransaction", "upgrade"]
+__all__ = []
 
 CLAIM_FUNCTION = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}_claim.sql").read_text()
 SCHEMA = files(__package__).joinpath(f"postgres_v{SCHEMA_VERSION}.sql").read_text() + CLAIM_FUNCTION
 OTHERWISE = "use an empty database"  # for a version that cannot be upgraded in place
-
-T = TypeVar("T")  # what a statement run in a unit of work returns
 
 # Which version the database holds: 0 for none at all, 1 for the layout before the
 # version was recorded. Instances starting together take turns (a lock that ends
@@ -58,29 +63,29 @@ TABLES_FOUND = "SELECT to_regclass('idempotency_schema') IS NOT NULL, to_regclas
 
 CLAIM = "SELECT status, fingerprint, outcome FROM idempotency_claim($1, $2, $3, $4, $5, $6, $7)"
 
-# What a claim that waited too long on the key's row answers (P23): that row is
+# What a claim that waited too long on the key's row answers: that row is
 # locked by an instance completing or taking over the key, so it is in progress.
 HOLDER = "SELECT fingerprint, outcome FROM idempotency_records WHERE key = $1"
 
-# P6': only the claim's holder gives it back; P9: the count follows.
+# Only the claim's holder gives it back; the count of records follows.
 RELEASE = """
 WITH released AS (DELETE FROM idempotency_records WHERE key = $1 AND status = 'running' AND owner = $2 RETURNING 1)
 UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM released)
 """
 
-# P18': the holder, alive, moves its lease on; a claim taken over or given back is no longer its own.
+# The holder, alive, moves its lease on; a claim taken over or given back is no longer its own.
 RENEW = """
 UPDATE idempotency_records SET deadline = clock_timestamp() + make_interval(secs => $3)
 WHERE key = $1 AND status = 'running' AND owner = $2
 """
 
-# Every record of one principal; P9: the count follows.
+# Every record of one principal; the count of records follows.
 FORGET = """
 WITH forgotten AS (DELETE FROM idempotency_records WHERE principal = $1 RETURNING 1)
 UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM forgotten) RETURNING (SELECT count(*) FROM forgotten)
 """
 
-# Version 2 to 3 (P9'): each record gains its principal, read from its key in Python
+# Version 2 to 3: each record gains its principal, read from its key in Python
 # (rules.principal_of: the JSON the layer wrote, which SQL's JSON would print otherwise),
 # and the claim function takes it.
 UPGRADE_FROM_2 = [
@@ -94,7 +99,7 @@ UPGRADED_TO_3 = [
     f"UPDATE idempotency_schema SET version = {SCHEMA_VERSION}",
 ]
 
-# P17, P18: the first completion of a running key for this request wins; any other is fenced off.
+# The first completion of a running key for this request wins; any other is fenced off.
 COMPLETE = """
 UPDATE idempotency_records
 SET status = 'completed', outcome = $3, deadline = clock_timestamp() + make_interval(secs => $4), owner = NULL
@@ -104,15 +109,44 @@ WHERE key = $1 AND status = 'running' AND fingerprint = $2
 # A tool's lock (Transaction.lock): a number of its name, held to the end of the unit of work.
 LOCK = "SELECT pg_advisory_xact_lock(hashtext($1))"
 
-# The tool's own statements' errors (a constraint it broke, a value it got wrong)
-# are the tool's outcome; every other error is the store failing (P23).
-TOOLS_OWN_ERRORS = (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError)
+# The store's own failures, by SQLSTATE: its connection (08), its resources, a disk full
+# among them (53), an operator or a timeout ending the statement (57), the system (58),
+# an internal error (XX), a transaction rolled back to be retried (40), a lock not had
+# within lock_timeout (55P03), a session ended idle in its transaction (25P03). Every
+# other error the server raises (a syntax error, no such table, a constraint broken, a
+# wrong value) comes from the tool's own statement, and is the tool's.
+STORE_FAILURE_CLASSES = ("08", "53", "57", "58", "XX", "40")
+STORE_FAILURE_STATES = ("55P03", "25P03")
+# Every error the store's own statements (a claim, a renewal) may meet: each is the store failing.
+# Of a tool's, so are the driver's and the network's, but asyncpg's refusal of the tool's own
+# arguments (an InterfaceError that is a ValueError too).
 STORE_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+# What a developer reads when PostgreSQL ended a unit of work left idle in its transaction.
+SAT_IDLE = (
+    "PostgreSQL: the unit of work sat idle in its transaction longer than idle_in_transaction_session_timeout "
+    "({seconds:g} s), and the server ended its session ({error}); do slow work (a payment, a mail) before the "
+    "unit of work's first statement"
+)
 
 
 def failed(error: Exception) -> StoreUnavailable:
-    """P23: a store failure, named for the log."""
+    """A store failure, named for the log."""
     return StoreUnavailable(f"PostgreSQL: {type(error).__name__}: {error}")
+
+
+def is_store_failure(error: Exception) -> bool:
+    """Is `error` the store failing, rather than the tool's own statement (see STORE_FAILURE_CLASSES)?"""
+    if isinstance(error, asyncpg.PostgresError):
+        state = str(error.sqlstate or "")
+        return state[:2] in STORE_FAILURE_CLASSES or state in STORE_FAILURE_STATES
+    return isinstance(error, STORE_FAILURES) and not isinstance(error, ValueError)
+
+
+def idle_timeout(limits: Limits) -> float:
+    """How long a session may sit idle in its transaction: a lease and a wait. A live process keeps its units
+    of work awake as it renews its claims (keep_awake), so only one frozen or cut off loses its locks so."""
+    return limits.lease + limits.wait
 
 
 def milliseconds(seconds: float) -> str:
@@ -120,14 +154,12 @@ def milliseconds(seconds: float) -> str:
 
 
 def session_settings(limits: Limits) -> dict[str, str]:
-    """P23: every wait bounded; the isolation level pinned."""
+    """Every wait bounded; the isolation level pinned."""
     return {
         "default_transaction_isolation": "read committed",
         "lock_timeout": milliseconds(limits.wait),
         "statement_timeout": milliseconds(limits.lease),
-        # Longer than a lease: a tool may wait inside its unit of work that long;
-        # an instance frozen inside one (a paused VM) loses it, and its locks, after.
-        "idle_in_transaction_session_timeout": milliseconds(limits.lease + limits.wait),
+        "idle_in_transaction_session_timeout": milliseconds(idle_timeout(limits)),
     }
 
 
@@ -140,17 +172,25 @@ async def found_version(db: Any) -> int:
 
 async def create_schema(db: Any, url: str, tables: Sequence[str]) -> None:
     """Create the tables once, however many instances start together, and then the tools' own (see
-    open_store) under the same lock; refuse another version in one line."""
+    open_store) under the same lock, twice, the second run undone; refuse another version in one line."""
     async with db.transaction():
         if must_create(url, await found_version(db), OTHERWISE):
             await db.execute(SCHEMA)
-        for statement in tables:
-            await db.execute(statement)
+        for again in (False, True):
+            await db.execute("SAVEPOINT again")
+            for number, statement in enumerate(tables, 1):
+                try:
+                    await db.execute(statement)
+                except asyncpg.PostgresError as error:
+                    if is_store_failure(error):
+                        raise
+                    raise tables_refusal(number, error, again) from None
+        await db.execute("ROLLBACK TO SAVEPOINT again")  # the second run: only a rehearsal of the next start
 
 
 async def upgrade(url: str) -> bool:
     """`mcp-idempotency-store upgrade postgresql://...`: version 2 becomes 3 in place (False: it was 3 already).
-    Every record gains its principal (P9'), the claim function takes it; the demo's ledger stays as it is."""
+    Every record gains its principal, the claim function takes it; the demo's ledger stays as it is."""
     # One connection, no prepared statements kept: it works behind a transaction-mode pooler too.
     db = await asyncpg.connect(behind_pooler(url)[0], statement_cache_size=0)
     try:
@@ -188,7 +228,7 @@ async def check_database_settings(db: Any, limits: Limits) -> None:
     if found != wanted:
         database = await db.fetchval("SELECT current_database()")
         fix = "; ".join(f"ALTER DATABASE {database} SET {name} = '{value}'" for name, value in wanted.items())
-        raise RuntimeError(
+        raise ServerMisconfigured(
             f"behind a pooler the store needs these settings on the database: {fix}; "
             "then make the pooler open new connections (pgbouncer: RECONNECT)"
         )
@@ -200,6 +240,7 @@ class PostgresStore(Store):
     def __init__(self, url: str, limits: Limits, pool: Any):
         super().__init__(limits)
         self.url, self.pool = url, pool
+        self.open_units: set[PostgresTransaction] = set()  # the units of work of this process holding a connection
 
     @classmethod
     async def open(cls, url: str, limits: Limits, tables: Sequence[str] = ()) -> "PostgresStore":
@@ -207,9 +248,7 @@ class PostgresStore(Store):
         # state, so the pool need not reset it on release: that is a round trip a use.
         given, (url, pooled) = url, behind_pooler(url)
         session = {"statement_cache_size": 0} if pooled else {"server_settings": session_settings(limits)}
-        pool = await asyncpg.create_pool(
-            url, min_size=1, max_size=10, reset=no_reset, command_timeout=limits.lease, **session
-        )
+        pool = await connected(url, limits, session)
         try:
             async with pool.acquire() as db:
                 if pooled:
@@ -224,7 +263,7 @@ class PostgresStore(Store):
         await self.pool.close()
 
     def connection(self) -> Any:
-        """A pooled connection, waited for `limits.wait` at most (P23)."""
+        """A pooled connection, waited for `limits.wait` at most."""
         return self.pool.acquire(timeout=self.limits.wait)
 
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
@@ -234,7 +273,7 @@ class PostgresStore(Store):
             async with self.connection() as db:
                 try:
                     row = await db.fetchrow(CLAIM, key, principal, fingerprint, owner, *bounds)
-                except asyncpg.LockNotAvailableError as waited:  # P23: one completing the key holds its row
+                except asyncpg.LockNotAvailableError as waited:  # one completing the key holds its row
                     row = await db.fetchrow(HOLDER, key)
                     if row is None:  # it was given back meanwhile: the client may retry at once
                         raise failed(waited) from waited
@@ -260,6 +299,8 @@ class PostgresStore(Store):
                 renewed: str = await db.execute(RENEW, key, owner, self.limits.lease)
         except STORE_FAILURES as error:
             raise failed(error) from error
+        for unit in list(self.open_units):
+            await unit.keep_awake()
         return renewed == "UPDATE 1"
 
     async def forget(self, principal: str) -> int:
@@ -274,44 +315,61 @@ class PostgresStore(Store):
         return PostgresTransaction(self)
 
 
+async def connected(url: str, limits: Limits, session: dict[str, Any]) -> Any:
+    """A pool of connections to the database the URL names; else one line that names the fix."""
+    try:
+        return await asyncpg.create_pool(
+            url, min_size=1, max_size=10, reset=no_reset, command_timeout=limits.lease, **session
+        )
+    except asyncpg.InvalidCatalogNameError as error:
+        raise Misconfigured(f"{error}: create it (createdb), or name another in the URL") from None
+    except asyncpg.InvalidAuthorizationSpecificationError as error:
+        raise Misconfigured(f"{error}: create the role, or name another user and password in the URL") from None
+    except (OSError, TimeoutError) as error:
+        where = f"{urlsplit(url).hostname or 'localhost'}:{urlsplit(url).port or 5432}"
+        raise Misconfigured(f"no PostgreSQL answers at {where} ({error}): start it, or name another host") from None
+
+
 async def no_reset(_connection: Any) -> None:
     """What a pooled connection needs on release: nothing (see PostgresStore.open)."""
 
 
 class PostgresTransaction(Transaction):
-    """A pooled connection and BEGIN at the first statement, as for SQLite; every statement inside it, or none."""
+    """A pooled connection and BEGIN at the first statement, held to the end of the unit of work."""
 
     def __init__(self, store: PostgresStore):
         super().__init__()
         self.store = store
         self.db: Any = None  # the pooled asyncpg connection, from the first statement to COMMIT or ROLLBACK
+        self.last = time.monotonic()  # when its last statement ended
+        self.idle = 0.0  # how long it had sat idle in its transaction when its latest statement was sent
+        self.using = anyio.Lock()  # one statement at a time on its connection: the tool's, or a keep_awake
 
-    async def run(self, statement: Callable[[Any], Awaitable[T]]) -> T:
-        """`await statement(db)` on this unit of work's asyncpg connection, after BEGIN and any savepoint not
-        yet sent, and what it returns: how every statement of this unit of work runs, a tool's (execute, fetchone,
-        fetchall, P17) and this store's own (P23); only the unit of work's exit ends the transaction."""
-        if self.failure is not None:
-            raise failed(self.failure) from self.failure
-        try:
-            if self.db is None:
-                self.db = await self.store.pool.acquire(timeout=self.store.limits.wait)
-                # One trip: BEGIN, at the level pinned here, and the savepoints asked for so far.
-                await self.db.execute("; ".join(["BEGIN ISOLATION LEVEL READ COMMITTED", *self.savepoints_begun()]))
-            elif self.unsent:
-                await self.db.execute("; ".join(self.savepoints_begun()))
-            return await statement(self.db)
-        except TOOLS_OWN_ERRORS:
-            raise
-        except STORE_FAILURES as error:
-            self.failure = error
-            raise failed(error) from error
+    async def send(self, begin: bool, savepoints: list[str], statement: Callable[[Any], Any]) -> Any:
+        opening = ["BEGIN ISOLATION LEVEL READ COMMITTED"] if begin else []
+        if begin:
+            self.db = await self.store.pool.acquire(timeout=self.store.limits.wait)
+            self.begun = True  # the connection is this unit of work's until it ends
+            self.store.open_units.add(self)
+        async with self.using:
+            self.idle = time.monotonic() - self.last
+            try:
+                if opening or savepoints:  # one trip: BEGIN, at the level pinned here, and the savepoints asked for
+                    await self.db.execute("; ".join([*opening, *(f"SAVEPOINT {name}" for name in savepoints)]))
+                return await statement(self.db)
+            finally:
+                self.last = time.monotonic()
 
-    def savepoints_begun(self) -> list[str]:
-        """The SAVEPOINT statements for the savepoints asked for so far (P17), to send with the next statement."""
-        return [f"SAVEPOINT {name}" for name in self.pending()]
-
-    async def rollback_to(self, name: str) -> None:
-        await self.run(lambda db: db.execute(f"ROLLBACK TO SAVEPOINT {name}"))
+    async def keep_awake(self) -> None:
+        """While its process renews claims, a unit of work whose tool works between statements (longer than the
+        lease, perhaps) is never ended by the server as idle: one that sat a quarter lease sends an empty query."""
+        if self.db is None or self.using.locked() or time.monotonic() - self.last < self.store.limits.lease / 4:
+            return
+        async with self.using:
+            if self.db is not None:
+                with contextlib.suppress(*STORE_FAILURES):  # its own next statement meets the failure, and says so
+                    await self.db.execute("SELECT 1")
+                self.last = time.monotonic()
 
     async def execute(self, sql: str, *args: object) -> int:
         status: str = await self.run(lambda db: db.execute(sql, *args))
@@ -328,33 +386,39 @@ class PostgresTransaction(Transaction):
     async def lock(self, name: str) -> None:
         await self.run(lambda db: db.execute(LOCK, name))
 
-    async def _end(self, statement: str) -> None:
-        """COMMIT or ROLLBACK, if this unit of work began; the connection goes back to the pool."""
+    async def finish(self, completion: Completion | None) -> bool:
+        if completion is None:
+            await self.let_go("COMMIT")
+            return False
+        key, fingerprint, outcome = completion
+        arguments = (key, fingerprint, outcome, self.store.limits.retention)
+        try:
+            status = await self.send(not self.begun, [], lambda db: db.execute(COMPLETE, *arguments))
+        except BaseException:
+            await self.let_go("ROLLBACK")
+            raise
+        applied: bool = status == "UPDATE 1"
+        await self.let_go("COMMIT" if applied else "ROLLBACK")  # fenced off: nothing of it is kept
+        return applied
+
+    async def abandon(self) -> None:
+        await self.let_go("ROLLBACK")
+
+    async def let_go(self, statement: str) -> None:
+        """COMMIT or ROLLBACK; whatever happens, the connection goes back to the pool."""
         if self.db is None:
             return
-        db, self.db = self.db, None
+        db, self.db, self.begun = self.db, None, False
+        self.store.open_units.discard(self)
         try:
             await db.execute(statement)
-        except STORE_FAILURES as error:
-            self.failure = self.failure or error
-            raise failed(error) from error
         finally:
             await self.store.pool.release(db)
 
-    async def commit(self) -> None:
-        if self.failure is not None:  # P23: a unit of work that failed part way commits nothing
-            await self._end("ROLLBACK")
-            raise failed(self.failure) from self.failure
-        if self.completion is not None:
-            key, fingerprint, outcome = self.completion
-            status: str = await self.run(
-                lambda db: db.execute(COMPLETE, key, fingerprint, outcome, self.store.limits.retention)
-            )
-            self.completed = status == "UPDATE 1"
-            if not self.completed:
-                await self._end("ROLLBACK")
-                return
-        await self._end("COMMIT")
-
-    async def rollback(self) -> None:
-        await self._end("ROLLBACK")
+    def store_failure(self, error: Exception) -> StoreUnavailable | None:
+        if not is_store_failure(error):
+            return None
+        longest = idle_timeout(self.store.limits)
+        if isinstance(error, asyncpg.IdleInTransactionSessionTimeoutError) or self.idle >= longest:
+            return StoreUnavailable(SAT_IDLE.format(seconds=longest, error=error))
+        return failed(error)

@@ -13,18 +13,18 @@ INSERT INTO idempotency_schema VALUES (3);
 
 CREATE TABLE idempotency_records (
     key          text PRIMARY KEY,
-    principal    text NOT NULL,         -- whose share it counts against (P9'); '' for nobody's
+    principal    text NOT NULL,         -- whose share it counts against; '' for nobody's
     fingerprint  bytea NOT NULL,
     status       text NOT NULL CHECK (status IN ('running', 'completed')),
-    deadline     timestamptz NOT NULL,  -- running: when a retry may take over (P18); completed: when it expires (P8)
-    owner        text,                  -- running: the claim's token, so only it gives the key back (P6')
-    outcome      text,                  -- completed: what is replayed; text, not jsonb, so it is the recorded bytes (P6)
+    deadline     timestamptz NOT NULL,  -- running: when a retry may take over; completed: when it expires
+    owner        text,                  -- running: the claim's token, so only it gives the key back
+    outcome      text,                  -- completed: what is replayed; text, not jsonb, so it is the recorded bytes
     CHECK ((status = 'completed') = (outcome IS NOT NULL))
 );
 CREATE INDEX idempotency_records_expiry ON idempotency_records (deadline) WHERE status = 'completed';
-CREATE INDEX idempotency_records_share ON idempotency_records (principal, deadline);  -- P9'
+CREATE INDEX idempotency_records_share ON idempotency_records (principal, deadline);  -- a principal's share
 
--- P9: how many records there are, kept in step by every claim, release and purge,
+-- How many records there are, kept in step by every claim, release and purge,
 -- so that no claim has to count the table.
 CREATE TABLE idempotency_record_count (
     id  integer PRIMARY KEY CHECK (id = 1),

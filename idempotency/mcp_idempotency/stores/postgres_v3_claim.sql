@@ -1,9 +1,9 @@
 -- The claim function of schema version 3 (postgres.py creates it with the tables, and
 -- again when it upgrades a version 2 store, whose function took no principal).
 --
--- P4, P8, P9, P9', P16, P18 in one statement, so in one round trip and one transaction:
+-- The order of checks, the window, the bounds, the atomic claim and the lease in one statement, so in one round trip and one transaction:
 -- the record that holds the key, answered with no write; or the key claimed by one
--- atomic insert, or taken over once its deadline has passed. P19: every time here
+-- atomic insert, or taken over once its deadline has passed. Every time here
 -- is the database's clock, and clock_timestamp(), the time now, not now(), the
 -- time the transaction began: a claim that waited is not born older than it is.
 -- The key's row is locked before the count row, and the count row only for as
@@ -12,8 +12,8 @@
 -- principal's share lock meanwhile, so that principal's new keys wait behind it,
 -- for the store's lock wait at most. Whether a record past its deadline may be
 -- taken is `may_take` in mcp_idempotency/stores/__init__.py, written here twice in SQL
--- (the read, and the insert's WHERE, which re-decides atomically); tests/test_store.py
--- checks this function against it.
+-- (the read, and the insert's WHERE, which re-decides atomically); the repository's
+-- store tests check this function against it.
 CREATE FUNCTION idempotency_claim(claim_key text, claim_principal text, claim_fingerprint bytea, claim_owner text,
                                   lease_seconds float8, max_records bigint, max_per_principal bigint)
 RETURNS TABLE (status text, fingerprint bytea, outcome text) LANGUAGE plpgsql AS $$
@@ -29,10 +29,10 @@ BEGIN
         RETURN QUERY SELECT 'held', holder.fingerprint, holder.outcome;  -- no write at all
         RETURN;
     END IF;
-    -- P9': the principal's records whose deadline is ahead, a walk of the share index alone
+    -- The principal's records whose deadline is ahead, a walk of the share index alone
     -- that stops at the share. The key's own is not among them (it was free, or past its
     -- deadline, when read above) unless another claim took it since: then this one answers
-    -- full where in progress was due, both "retry later" (P5'), and the retry learns which.
+    -- full where in progress was due, both "retry later", and the retry learns which.
     -- Its claims take turns on a lock of their own (advisory, two-key space, until COMMIT),
     -- so two of them never both see room for one; other principals' claims, and every
     -- replay, never wait for it. Taken before the key's row, so locks come in one order:
@@ -64,7 +64,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE idempotency_record_count c SET n = c.n + 1 RETURNING c.n INTO live;
-    IF live > max_records THEN  -- P9: only a full store purges, oldest first, a batch at a time
+    IF live > max_records THEN  -- only a full store purges, oldest first, a batch at a time
         WITH gone AS (
             DELETE FROM idempotency_records r WHERE r.key IN (
                 SELECT e.key FROM idempotency_records e WHERE e.status = 'completed' AND e.deadline <= clock_timestamp()

@@ -1,13 +1,12 @@
-"""sqlite: one file, shared by several processes on one machine; their clock is the machine's (P19)."""
+"""sqlite: one file, shared by several processes on one machine; their clock is the machine's."""
 
 import fcntl
 import os
-import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -19,7 +18,7 @@ from . import (
     Full,
     Held,
     Limits,
-    Row,
+    Misconfigured,
     Store,
     StoreUnavailable,
     Transaction,
@@ -29,10 +28,12 @@ from . import (
     must_upgrade,
     new_owner,
 )
+from .sql import SQLiteStatements, create_tables, failed
+from .unit_of_work import Completion, take
 
-__all__ = ["SQLiteStore", "SQLiteTransaction", "upgrade"]
+__all__ = []
 
-# P9': whose share a record counts against (rules.principal_name); "" for nobody's (a
+# Whose share a record counts against (rules.principal_name); "" for nobody's (a
 # bare key of an earlier version). One definition, for a new file and for the upgrade.
 PRINCIPAL = "principal TEXT NOT NULL DEFAULT ''"
 SHARE_INDEX = "CREATE INDEX idempotency_records_share ON idempotency_records (principal, deadline)"
@@ -46,14 +47,14 @@ CREATE TABLE idempotency_records (
     {PRINCIPAL},
     fingerprint  BLOB NOT NULL,
     status       TEXT NOT NULL CHECK (status IN ('running', 'completed')),
-    deadline     REAL NOT NULL,  -- running: when a retry may take over (P18); completed: when it expires (P8)
-    owner        TEXT,           -- running: the claim's token, so only it gives the key back (P6')
-    outcome      TEXT,           -- completed: what is replayed (P6)
+    deadline     REAL NOT NULL,  -- running: when a retry may take over; completed: when it expires
+    owner        TEXT,           -- running: the claim's token, so only it gives the key back
+    outcome      TEXT,           -- completed: what is replayed
     CHECK ((status = 'completed') = (outcome IS NOT NULL))
 );
 CREATE INDEX idempotency_records_expiry ON idempotency_records (deadline) WHERE status = 'completed';
 {SHARE_INDEX};
--- P9: how many records there are, kept in step by every claim and purge, so that
+-- How many records there are, kept in step by every claim and purge, so that
 -- no claim has to count the table (a count is a walk of every key).
 CREATE TABLE idempotency_record_count (
     id  INTEGER PRIMARY KEY CHECK (id = 1),
@@ -66,15 +67,15 @@ PRAGMA user_version = {SCHEMA_VERSION};
 # What to do with a file of a version that cannot be upgraded in place.
 OTHERWISE = "move the file aside or point --store elsewhere"
 
-# P4, P8, P18: the record that holds a key, read with no lock, and whether its
+# The record that holds a key, read with no lock, and whether its
 # deadline has passed (an expired record is absent; a passed lease may be taken over).
 HOLDER = "SELECT fingerprint, status, outcome, deadline <= :now FROM idempotency_records WHERE key = :key"
 
-# P16: the claim is this one statement, under the write lock: a new key is
+# The claim is this one statement, under the write lock: a new key is
 # inserted; an existing row is taken only where `may_take` (stores/__init__.py)
 # says so, its WHERE clause being that rule in SQL: the deadline passed and the
 # record is completed (expired: the key is new again) or running for the same
-# request (a takeover, P18). It returns a row exactly when this call now holds the
+# request (a takeover). It returns a row exactly when this call now holds the
 # key. It trusts no earlier read.
 CLAIM = """
 INSERT INTO idempotency_records (key, principal, fingerprint, status, deadline, owner)
@@ -88,9 +89,10 @@ RETURNING owner
 
 COUNT = "SELECT n FROM idempotency_record_count"
 COUNTED = "UPDATE idempotency_record_count SET n = n + ?"
+RUNNING = "SELECT fingerprint FROM idempotency_records WHERE key = ? AND status = 'running'"
 IS_NEW = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)"
 
-# P9': once this claim holds the key, does the principal hold more than its share of
+# Once this claim holds the key, does the principal hold more than its share of
 # records whose deadline is ahead, the key's own included? A walk of the share index
 # alone (it holds both columns read), which stops one past the share.
 SHARE_EXCEEDED = """
@@ -98,69 +100,31 @@ SELECT count(*) > :share FROM (
     SELECT 1 FROM idempotency_records WHERE principal = :principal AND deadline > :now LIMIT :share + 1)
 """
 
-# P8, P9: a purge runs only when the bound is reached, oldest first, a batch at a time.
+# A purge runs only when the bound is reached, oldest first, a batch at a time.
 PURGE = """
 DELETE FROM idempotency_records WHERE key IN (
     SELECT key FROM idempotency_records WHERE status = 'completed' AND deadline <= ? ORDER BY deadline LIMIT 1000)
 """
 
-# P6': only the claim's holder gives it back.
+# Only the claim's holder gives it back.
 RELEASE = "DELETE FROM idempotency_records WHERE key = ? AND status = 'running' AND owner = ?"
 FORGET = "DELETE FROM idempotency_records WHERE principal = ?"
-# P18': the holder, alive, moves its lease on; a claim taken over or given back is no longer its own.
+# The holder, alive, moves its lease on; a claim taken over or given back is no longer its own.
 RENEW = "UPDATE idempotency_records SET deadline = ? WHERE key = ? AND status = 'running' AND owner = ?"
 
-# P17, P18: the first completion of a running key for this request wins; any other is fenced off.
+# The first completion of a running key for this request wins; any other is fenced off.
 COMPLETE = """
 UPDATE idempotency_records SET status = 'completed', outcome = :outcome, deadline = :now + :retention, owner = NULL
 WHERE key = :key AND status = 'running' AND fingerprint = :fingerprint
 """
 
-# The tool's own statements' errors (a constraint it broke) are the tool's outcome;
-# every other error of the driver is the store failing (P23).
-TOOLS_OWN_ERRORS = (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.DataError)
-
-T = TypeVar("T")  # what a statement run in a unit of work returns
-
-# A tool writes $1, $2... (PostgreSQL's placeholders) on every store; SQLite reads the
-# same positions as ?1, ?2..., so one text serves both, and arguments bind by number.
-# The rewrite does not parse SQL: a $ and digits inside a string literal are rewritten
-# too, so such text is passed as an argument.
-PLACEHOLDER = re.compile(r"\$(\d+)")
-
-
-def sqlite_text(sql: str) -> str:
-    """A tool's statement with SQLite's numbered placeholders for its $1, $2..."""
-    return PLACEHOLDER.sub(r"?\1", sql)
-
-
-def changed_rows(db: sqlite3.Connection, sql: str, args: Sequence[object]) -> int:
-    """Run a tool's statement; how many rows an INSERT, UPDATE or DELETE changed (else 0), as PostgreSQL says."""
-    cursor = db.execute(sqlite_text(sql), args)
-    cursor.fetchall()  # an UPDATE ... RETURNING counts its rows as they are read
-    return max(cursor.rowcount, 0)
-
-
-def rows_of(db: sqlite3.Connection, sql: str, args: Sequence[object]) -> list[Row]:
-    """Run a tool's query; its rows, as tuples."""
-    return [tuple(row) for row in db.execute(sqlite_text(sql), args)]
-
-
-def create_tables(db: sqlite3.Connection, tables: Sequence[str]) -> None:
-    """The tools' own schema statements, in one write transaction (see open_store)."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        for statement in tables:
-            db.execute(sqlite_text(statement))
-        db.execute("COMMIT")
-    finally:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-
-
-def failed(error: Exception) -> StoreUnavailable:
-    """P23: a store failure, named for the log."""
-    return StoreUnavailable(f"SQLite: {error}")
+# Said when this process's one writer stays taken past the wait: by another unit of work.
+WRITER_TAKEN = (
+    "SQLite: the file's one writer stayed taken past the store's wait, by another unit of work; "
+    "a tool should do slow work before its unit of work's first statement"
+)
+ROLLED_BACK = "SQLite: it rolled this unit of work back itself (a full disk, an I/O error)"
+WHOLE = "unit_of_work"  # the savepoint every unit of work begins with, so a fenced one keeps its renewals
 
 
 def connect(path: str, wait_seconds: float, synchronous: str) -> sqlite3.Connection:
@@ -200,16 +164,22 @@ def found_version(db: sqlite3.Connection) -> int:
 
 def create_schema(path: str, tables: Sequence[str]) -> None:
     """Create the file and its tables once, however many processes start at the same moment, and
-    then the tools' own; refuse, in one line, a file that holds another version's tables."""
-    with schema_turn(path) as db:
-        if must_create(f"sqlite:{path}", found_version(db), OTHERWISE):
-            db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
-        create_tables(db, tables)
+    then the tools' own; refuse, in one line, a file that holds another version's tables, or none can hold."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise Misconfigured(f"there is no folder {folder} for the SQLite file: create it, or point the store elsewhere")
+    try:
+        with schema_turn(path) as db:
+            if must_create(f"sqlite:{path}", found_version(db), OTHERWISE):
+                db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} COMMIT;")
+            create_tables(db, tables)
+    except (OSError, sqlite3.Error) as error:
+        raise Misconfigured(f"the SQLite file {path} cannot be opened ({error}): {OTHERWISE}") from None
 
 
 def upgrade(path: str) -> bool:
     """`mcp-idempotency-store upgrade sqlite:PATH`: version 2 becomes 3 in place (False: it was 3 already).
-    Every record gains its principal, read from its key (P9'); the demo's ledger stays as it is."""
+    Every record gains its principal, read from its key; the demo's ledger stays as it is."""
     if not os.path.exists(path):  # connecting would make an empty file there
         raise FileNotFoundError(f"no such file: {path}")
     with schema_turn(path) as db:
@@ -236,7 +206,7 @@ class SQLiteStore(Store):
     read, and the write only if the key is free. When another writer holds the
     file, it waits in a worker thread instead; and so does every unit of work. A
     lock held by another process stalls a worker thread, never the event loop; and
-    a writer waits for it `limits.wait` at most (P23)."""
+    a writer waits for it `limits.wait` at most."""
 
     def __init__(self, path: str, limits: Limits, clock: Callable[[], float] = time.time, tables: Sequence[str] = ()):
         super().__init__(limits)
@@ -245,13 +215,13 @@ class SQLiteStore(Store):
         create_schema(path, tables)
         # The claims made on the event loop need not reach the disk at once: a
         # completion's commit syncs the whole log, the claim's frames before it
-        # included (the same argument as PostgreSQL's, P17). A claim a crash loses
+        # included (the same argument as PostgreSQL's). A claim a crash loses
         # was never told to anyone as an outcome; its completion is then refused.
         self.on_loop = connect(path, wait_seconds=0, synchronous="NORMAL")
         # A checkpoint writes the WAL back with an fsync: let it happen on a commit
         # in a worker thread, never on one made on the event loop.
         self.on_loop.execute("PRAGMA wal_autocheckpoint = 0")
-        # P17: a completion the client was told about survives power loss:
+        # A completion the client was told about survives power loss:
         # synchronous=FULL syncs the log at every commit of the writer. (NORMAL, in
         # WAL, may lose the last commits to an OS crash: a client told "Charged"
         # could be charged again.)
@@ -260,28 +230,58 @@ class SQLiteStore(Store):
         # writer that waits here holds no worker thread.
         self.writer = connect(path, limits.wait, synchronous="FULL")
         self.turn = anyio.Lock()
-        # P18': renewals have a connection of their own, so a unit of work never queues
+        # Renewals have a connection of their own, so a unit of work never queues
         # behind one; a renewal lost to a crash needs no sync, the holder died with it.
         self.renewer = connect(path, limits.wait, synchronous="NORMAL")
         self.renewing = anyio.Lock()
+        # So have the store's own writes that could not be made on the loop (a claim while
+        # another writer had the file, a release, a forget): they wait for the file alone, a
+        # wait at most, never queued behind this process's units of work for the writer.
+        self.aside = connect(path, limits.wait, synchronous="FULL")
+        self.asiding = anyio.Lock()
+        self.holding: SQLiteTransaction | None = None  # the unit of work holding the writer, once begun
 
     async def close(self) -> None:
         self.on_loop.close()
         self.writer.close()
         self.renewer.close()
+        self.aside.close()
 
     async def claim(self, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
         try:
             try:
                 return self.claim_on(self.on_loop, key, fingerprint, principal)
-            except sqlite3.OperationalError:  # "database is locked": another writer has the file; wait aside
-                async with self.turn:
-                    return await anyio.to_thread.run_sync(self.claim_on, self.writer, key, fingerprint, principal)
-        except sqlite3.Error as error:  # P23: any other, a malformed file included, is the store failing
+            except sqlite3.OperationalError:  # "database is locked": another writer has the file
+                running = self.running(key)
+                if running is not None:
+                    # A takeover waits for no writer: while one holds the file, the holder's own
+                    # renewal may be waiting behind it too, so the key is answered in progress.
+                    return running
+                async with self.aside_turn():
+                    return await anyio.to_thread.run_sync(self.claim_on, self.aside, key, fingerprint, principal)
+        except sqlite3.Error as error:  # any other, a malformed file included, is the store failing
             raise failed(error) from error
 
+    def running(self, key: str) -> Held | None:
+        """The key's record, if it is running (its lease passed or not), read with no lock."""
+        row = self.on_loop.execute(RUNNING, (key,)).fetchone()
+        return None if row is None else Held(row[0], None)
+
+    async def take_writer(self) -> None:
+        """Take this process's one writer connection, waiting `limits.wait` at most, as for the file's lock."""
+        await take(self.turn, self.limits.wait, WRITER_TAKEN)
+
+    @asynccontextmanager
+    async def aside_turn(self) -> AsyncIterator[None]:
+        """The connection for the store's own writes made aside, for one of them."""
+        await take(self.asiding, self.limits.wait, WRITER_TAKEN)
+        try:
+            yield
+        finally:
+            self.asiding.release()
+
     def claim_on(self, db: sqlite3.Connection, key: str, fingerprint: bytes, principal: str) -> Won | Held | Full:
-        """P4, P8, P9, P16, P18: a read; then, if the key may be taken, one write transaction."""
+        """A read; then, if the key may be taken, one write transaction."""
         now = self.clock()
         holder = db.execute(HOLDER, {"key": key, "now": now}).fetchone()
         if holder is not None:
@@ -293,12 +293,12 @@ class SQLiteStore(Store):
     def take(
         self, db: sqlite3.Connection, key: str, fingerprint: bytes, principal: str, now: float
     ) -> Won | Held | Full:
-        """P9, P9', P16, P18: under the write lock, the key claimed, or the record that holds it now."""
+        """Under the write lock, the key claimed, or the record that holds it now."""
         db.execute("BEGIN IMMEDIATE")  # no other writer from here to COMMIT: what is read now stays true
         try:
             new: int = db.execute(IS_NEW, (key,)).fetchone()[0]
             if new and db.execute(COUNT).fetchone()[0] >= self.limits.max_records:
-                db.execute(COUNTED, (-db.execute(PURGE, (now,)).rowcount,))  # P9: only a full store purges
+                db.execute(COUNTED, (-db.execute(PURGE, (now,)).rowcount,))  # only a full store purges
                 if db.execute(COUNT).fetchone()[0] >= self.limits.max_records:
                     db.execute("COMMIT")  # keep the purge
                     return Full()
@@ -310,7 +310,7 @@ class SQLiteStore(Store):
                 db.execute("COMMIT")
                 return Held(holder[0], holder[2])
             share = {"principal": principal, "now": now, "share": self.limits.max_records_per_principal}
-            if db.execute(SHARE_EXCEEDED, share).fetchone()[0]:  # P9': after the claim, so a key another
+            if db.execute(SHARE_EXCEEDED, share).fetchone()[0]:  # After the claim, so a key another
                 db.execute("ROLLBACK")  # process took meanwhile is answered as held, never as full
                 return Full()
             db.execute(COUNTED, (new,))
@@ -328,8 +328,13 @@ class SQLiteStore(Store):
         return await self.deleted(FORGET, (principal,))
 
     async def renew(self, key: str, owner: str) -> bool:
-        # It fails after `limits.wait` if a writer holds the file: if that writer is this
-        # process's own unit of work, no other process can take the key over meanwhile either.
+        if self.holding is not None:
+            # A unit of work of this process holds the file's one write lock, so no other process can
+            # take the key over until it lets go; it renews the lease just before it does (renewed_in),
+            # so the renewal never waits on it. (A claim no longer ours reads as renewed this once.)
+            self.holding.renewals.add((key, owner))
+            return True
+
         def extend(db: sqlite3.Connection) -> bool:
             return db.execute(RENEW, (self.clock() + self.limits.lease, key, owner)).rowcount == 1
 
@@ -340,7 +345,7 @@ class SQLiteStore(Store):
             raise failed(error) from error
 
     async def deleted(self, statement: str, parameters: tuple[str, ...]) -> int:
-        """P9: one DELETE and the count kept in step with it, in one write transaction; how many rows went."""
+        """One DELETE and the count kept in step with it, in one write transaction; how many rows went."""
 
         def delete(db: sqlite3.Connection) -> int:
             db.execute("BEGIN IMMEDIATE")
@@ -355,8 +360,8 @@ class SQLiteStore(Store):
                 raise
 
         try:
-            async with self.turn:
-                return await anyio.to_thread.run_sync(delete, self.writer)
+            async with self.aside_turn():
+                return await anyio.to_thread.run_sync(delete, self.aside)
         except sqlite3.Error as error:
             raise failed(error) from error
 
@@ -364,102 +369,95 @@ class SQLiteStore(Store):
         return SQLiteTransaction(self)
 
 
-class SQLiteTransaction(Transaction):
-    """BEGIN IMMEDIATE at the first statement, not before; every statement inside it, or none (P23)."""
+class SQLiteTransaction(SQLiteStatements):
+    """BEGIN IMMEDIATE at the first statement, on this process's one writer connection, held to the end.
+
+    While it holds the file no other process writes, so none takes a claim over: the renewals
+    asked for meanwhile (of any claim of this process) are made just before it lets go."""
 
     def __init__(self, store: SQLiteStore):
         super().__init__()
         self.store = store
-        self.open = False  # BEGIN succeeded: this process's turn is held until COMMIT or ROLLBACK
+        self.renewals: set[tuple[str, str]] = set()  # (key, owner) of each claim to renew before the end
 
-    async def run(self, statement: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `statement(db)` in a worker thread, inside this unit of work's transaction, and return
-        what it returns: how every statement of this unit of work runs, a tool's (execute, fetchone,
-        fetchall, P17) and this store's own; only the unit of work's exit ends the transaction.
+    async def send(self, begin: bool, savepoints: list[str], statement: Callable[[Any], Any]) -> Any:
+        if begin:
+            await self.store.take_writer()
+            try:
+                # The store's own writes waiting aside (a claim for another key, a release) go first:
+                # each is one short statement, where a unit of work may hold the file for its tool's run.
+                async with self.store.aside_turn():
+                    pass
+            except BaseException:
+                self.store.turn.release()
+                raise
 
-        A statement never runs outside it: if BEGIN could not take the file (another
-        process held it past the wait), or SQLite ended the transaction on an error
-        (disk full, I/O), the unit of work has failed, and says so (P23)."""
-        if self.failure is not None:
-            raise failed(self.failure) from self.failure
-        if not self.open:
-            await self.store.turn.acquire()
-        savepoints = self.pending()
-
-        def inside(db: sqlite3.Connection) -> T:
-            if not self.open:
+        def inside(db: sqlite3.Connection) -> Any:
+            if begin:
                 db.execute("BEGIN IMMEDIATE")
-                self.open = True
-            if not db.in_transaction:
-                raise sqlite3.OperationalError("the transaction was rolled back by SQLite")
-            for savepoint in savepoints:
-                db.execute(f"SAVEPOINT {savepoint}")
+                db.execute(f"SAVEPOINT {WHOLE}")
+                self.begun = True
+            elif not db.in_transaction:
+                raise StoreUnavailable(ROLLED_BACK)
+            for name in savepoints:
+                db.execute(f"SAVEPOINT {name}")
             return statement(db)
 
         try:
             return await anyio.to_thread.run_sync(inside, self.store.writer)
-        except TOOLS_OWN_ERRORS:
-            raise
-        except sqlite3.Error as error:
-            self.failure = error
-            raise failed(error) from error
         finally:
-            if not self.open:  # BEGIN failed: let the next unit of work of this process in
+            if begin and not self.begun:  # BEGIN failed: let the next unit of work of this process in
                 self.store.turn.release()
+            elif begin:
+                self.store.holding = self
 
-    async def rollback_to(self, name: str) -> None:
-        await self.run(lambda db: db.execute(f"ROLLBACK TO {name}"))
+    async def finish(self, completion: Completion | None) -> bool:
+        if not self.begun:
+            await self.send(True, [], lambda db: None)  # a completion with no statement before it: BEGIN for it
+        return bool(await self.let_go(lambda db: self.ended_in(db, completion)))
 
-    async def execute(self, sql: str, *args: object) -> int:
-        return await self.run(lambda db: changed_rows(db, sql, args))
+    async def abandon(self) -> None:
+        await self.let_go(self.abandoned_in)
 
-    async def fetchall(self, sql: str, *args: object) -> list[Row]:
-        return await self.run(lambda db: rows_of(db, sql, args))
+    def ended_in(self, db: sqlite3.Connection, completion: Completion | None) -> bool:
+        """In the worker thread: the completion kept, or fenced off with every statement; the renewals; COMMIT."""
+        if not db.in_transaction:
+            raise StoreUnavailable(ROLLED_BACK)
+        applied = False
+        if completion is not None:
+            now, retention = self.store.clock(), self.store.limits.retention
+            applied = db.execute(COMPLETE, {**completion._asdict(), "now": now, "retention": retention}).rowcount == 1
+            if not applied:  # the key no longer runs for this request: nothing of this unit of work is kept
+                db.execute(f"ROLLBACK TO SAVEPOINT {WHOLE}")
+        self.renewed_in(db)
+        db.execute("COMMIT")
+        return applied
 
-    async def lock(self, name: str) -> None:
-        # The file's one write lock, taken by the first statement (BEGIN IMMEDIATE), covers every name.
-        await self.run(lambda db: None)
+    def abandoned_in(self, db: sqlite3.Connection) -> None:
+        """In the worker thread: every statement undone, the renewals kept, if SQLite has not rolled back already."""
+        if db.in_transaction:
+            db.execute(f"ROLLBACK TO SAVEPOINT {WHOLE}")
+            self.renewed_in(db)
+            db.execute("COMMIT")
 
-    async def commit(self) -> None:
-        if self.failure is not None:  # P23: a unit of work that failed part way commits nothing
-            await self._end("ROLLBACK")
-            raise failed(self.failure) from self.failure
-        if self.completion is None:
-            await self._end("COMMIT")
-            return
-        key, fingerprint, outcome = self.completion
-        parameters = {
-            "key": key,
-            "fingerprint": fingerprint,
-            "outcome": outcome,
-            "now": self.store.clock(),
-            "retention": self.store.limits.retention,
-        }
+    def renewed_in(self, db: sqlite3.Connection) -> None:
+        """The leases renewed while this unit of work held the file, moved on now, before it lets go."""
+        deadline = self.store.clock() + self.store.limits.lease
+        db.executemany(RENEW, [(deadline, key, owner) for key, owner in self.renewals])
 
-        # One trip to the worker thread: the update, then COMMIT or ROLLBACK.
-        def complete(db: sqlite3.Connection) -> bool:
-            completed: bool = db.execute(COMPLETE, parameters).rowcount == 1
-            db.execute("COMMIT" if completed else "ROLLBACK")
-            return completed
+    async def let_go(self, ending: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run `ending` in the worker thread; whatever happens, the transaction is over and the writer free."""
+
+        def ended(db: sqlite3.Connection) -> Any:
+            try:
+                return ending(db)
+            finally:
+                if db.in_transaction:  # the ending failed part way
+                    db.execute("ROLLBACK")
 
         try:
-            self.completed = await self.run(complete)
+            return await anyio.to_thread.run_sync(ended, self.store.writer)
         finally:
-            await self._end("ROLLBACK")  # only if the COMMIT failed
-
-    async def _end(self, statement: str) -> None:
-        """COMMIT or ROLLBACK, if this unit of work began; then let the next one of this process in."""
-        if not self.open:
-            return
-        try:
-            if self.store.writer.in_transaction:
-                await anyio.to_thread.run_sync(self.store.writer.execute, statement)
-        except sqlite3.Error as error:
-            self.failure = self.failure or error
-            raise failed(error) from error
-        finally:
-            self.open = False
+            self.begun = False
+            self.store.holding = None
             self.store.turn.release()
-
-    async def rollback(self) -> None:
-        await self._end("ROLLBACK")

@@ -1,0 +1,338 @@
+// SEP-3182's dispatch layer for an McpServer of the official TypeScript SDK (1.x).
+//
+//   const keys = await Idempotency.open({ store: "postgresql://localhost/app" });
+//   keys.advertise(server);
+//   await server.connect(keys.wrap(new StdioServerTransport()));
+//
+// The SDK's tools/call schema strips an unknown params member before any handler sees it, so the
+// layer sits in front of the SDK on the public Transport interface: it reads each raw JSON-RPC
+// message before the SDK does, and each response before it leaves. Read the key, fingerprint the
+// request, claim the key; then conflict, in progress, replay, or run the tool and record its outcome
+// in one unit of work with the tool's own writes, the claim's lease renewed while it runs.
+
+import { AsyncLocalStorage } from "node:async_hooks";
+import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import type { Transport, TransportSendOptions } from "@modelcontextprotocol/sdk/shared/transport.js";
+import type { JSONRPCMessage, JSONRPCRequest, MessageExtraInfo, RequestId, ServerCapabilities }
+  from "@modelcontextprotocol/sdk/types.js";
+import * as rules from "./rules.js";
+import type { Json, Placement, Principal, RejectionType } from "./rules.js";
+import { type Held, type Store, StoreUnavailable, type Transaction, same } from "./stores.js";
+import { openStore, type StoreOptions } from "./open.js";
+
+export interface IdempotencyOptions extends StoreOptions {
+  /** Where the key is read and the capability written: the extension's _meta key (default) or params.idempotencyKey. */
+  placement?: Placement;
+  /** Seconds a keyed run may take before the layer ends it, its key given back. */
+  deadline?: number;
+  maxKeyLength?: number;
+  /** Whose call it is: its records are its own. Default: one tenant, every caller. */
+  principal?: (extra?: MessageExtraInfo) => Principal;
+  /** Where decisions are told, one line each (stdout is the protocol on stdio). */
+  log?: (line: string) => void;
+}
+
+/** What a keyed run in progress is, for the tool it runs and for the layer that records it. */
+interface Run {
+  key: string;
+  storeKey: string;
+  fingerprint: Uint8Array;
+  owner: string;
+  tx: Transaction;
+  deadline: NodeJS.Timeout;
+  cancelled: boolean;
+}
+
+const UNSAFE_INTEGER = "arguments hold an integer beyond 2^53, which this server cannot compare exactly";
+// What a run stopped at its deadline tells its caller and every retry of its key, as the Python library says it.
+const DEADLINE_PASSED = (seconds: number) => ({
+  code: -32603,
+  message: `the tool did not finish in ${seconds} s and was stopped; its effect is unknown: check, then use a new key`,
+});
+
+/** Python's repr of a key, so that the log reads as the Python library's (`key='k'`). */
+function repr(text: string): string {
+  return `'${text.replaceAll("\\", "\\\\").replaceAll("'", "\\'")}'`;
+}
+
+/** Would the SDK accept these tools/call params? If not, it answers them itself and nothing runs. */
+function wellFormed(params: unknown): params is { name: string; arguments?: { [member: string]: Json }; [m: string]: unknown } {
+  const isObject = (value: unknown): value is Record<string, unknown> =>
+    typeof value === "object" && value !== null && !Array.isArray(value);
+  return isObject(params) && typeof params.name === "string" && (params.arguments === undefined || isObject(params.arguments));
+}
+
+/** SEP-3182 for the servers of one process, over one store. */
+export class Idempotency {
+  readonly running = new Map<string, Run>(); // the store key of every claim run here
+  readonly context = new AsyncLocalStorage<Run>();
+  readonly renewals: NodeJS.Timeout;
+  readonly placement: Placement;
+  readonly deadline: number;
+  readonly maxKeyLength: number;
+  readonly principal: (extra?: MessageExtraInfo) => Principal;
+  readonly log: (line: string) => void;
+
+  constructor(readonly store: Store, options: IdempotencyOptions = {}) {
+    this.placement = options.placement ?? rules.DEFAULT_PLACEMENT;
+    this.deadline = options.deadline ?? rules.DEADLINE_SECONDS;
+    this.maxKeyLength = options.maxKeyLength ?? rules.MAX_KEY_LENGTH;
+    this.principal = options.principal ?? (() => rules.ONE_TENANT);
+    this.log = options.log ?? (() => {});
+    for (const [name, value] of [["deadline", this.deadline], ["maxKeyLength", this.maxKeyLength]] as const) {
+      if (!(value > 0)) throw new RangeError(`Idempotency: ${name} must be a number above zero, not ${value}`);
+    }
+    // A live run is never taken over: every quarter lease, each claim running here is renewed.
+    this.renewals = setInterval(() => this.renewAll(), (store.limits.lease * 1000) / 4);
+    this.renewals.unref();
+  }
+
+  /** The layer over the store `options.store` names: memory or postgresql://... */
+  static async open(options: IdempotencyOptions = {}): Promise<Idempotency> {
+    return new Idempotency(await openStore(options), options);
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.renewals);
+    await this.store.close();
+  }
+
+  /** The settings a client plans its retries by. */
+  capability(): rules.Capability {
+    return rules.capability(this.maxKeyLength, this.store.limits.retention, this.deadline, this.store.limits.lease);
+  }
+
+  /** Advertise the capability where the placement puts it; call before `connect`. */
+  advertise(server: McpServer): void {
+    const settings = this.capability();
+    // The SDK keeps an unknown capability member at run time; its type knows only tools.listChanged.
+    server.server.registerCapabilities(this.placement === "meta"
+      ? { extensions: { [rules.EXTENSION_ID]: settings } } as ServerCapabilities
+      : { tools: { idempotency: settings } as ServerCapabilities["tools"] });
+  }
+
+  /** The transport the McpServer connects to: `server.connect(keys.wrap(transport))`. */
+  wrap<Inner extends Transport>(inner: Inner): Keyed<Inner> {
+    return new Keyed(this, inner);
+  }
+
+  /** In a tool run for a keyed call, the key to forward to the API its effect lives in; undefined without one. */
+  downstreamKey(): string | undefined {
+    const run = this.context.getStore();
+    return run === undefined ? undefined : rules.downstreamKey(run.storeKey, run.fingerprint);
+  }
+
+  /** A tool's unit of work in the store: under a keyed call it joins the layer's, as a savepoint, so
+   * the tool's writes commit with the record or not at all; else one of its own, committed on success. */
+  async transaction<T>(work: (tx: Transaction) => Promise<T>): Promise<T> {
+    const run = this.context.getStore();
+    if (run !== undefined) {
+      const name = run.tx.savepoint();
+      try {
+        const result = await work(run.tx);
+        await run.tx.endSavepoint(name, false);
+        return result;
+      } catch (error) {
+        await run.tx.endSavepoint(name, true);
+        throw error;
+      }
+    }
+    const tx = this.store.begin();
+    try {
+      const result = await work(tx);
+      await tx.commit();
+      return result;
+    } catch (error) {
+      await tx.rollback();
+      throw error;
+    }
+  }
+
+  renewAll(): void {
+    for (const run of this.running.values()) {
+      this.store.renew(run.storeKey, run.owner).then(
+        (ours) => { if (!ours) this.log(`renewals end: key=${repr(run.key)} is no longer held by this claim`); },
+        (error: unknown) => this.log(`lease not renewed: key=${repr(run.key)} (${String(error)})`));
+    }
+  }
+
+  /** The key sent, null for none; an invalid one throws InvalidKey. */
+  keyOf(params: Record<string, unknown>): string | null {
+    return rules.checkedKey(rules.sentKey(params, this.placement), this.maxKeyLength);
+  }
+
+  /** A record holds the key: conflict, in progress, or its replay (the recorded result or error). */
+  answer(held: Held, fingerprint: Uint8Array, key: string, tool: string): { error: object } | { result: object } {
+    if (!same(held.fingerprint, fingerprint)) { // checked first, so a mismatch is a conflict even mid-run
+      this.log(`conflict: key=${repr(key)} tool=${tool}`);
+      return { error: rules.rejection(rules.CONFLICT, key) };
+    }
+    if (held.outcome === null) {
+      this.log(`in progress: key=${repr(key)}`);
+      return { error: rules.rejection(rules.IN_PROGRESS, key) };
+    }
+    this.log(`replayed: key=${repr(key)}`);
+    const kept = JSON.parse(held.outcome) as { error?: object; result?: { resultType?: string } };
+    if (kept.error !== undefined) return { error: kept.error };
+    const { resultType: _, ...result } = kept.result ?? {}; // 2026-07-28's member: this SDK speaks the 2025 revisions
+    return { result };
+  }
+}
+
+/** One SDK transport with the layer in front: every raw message passes here before the SDK parses it. */
+export class Keyed<Inner extends Transport> implements Transport {
+  readonly runs = new Map<RequestId, Run>(); // JSON-RPC id -> its claimed run, until its outcome is recorded
+  idle: Promise<void> = Promise.resolve();
+  settle: () => void = () => {};
+  onmessage?: (message: JSONRPCMessage, extra?: MessageExtraInfo) => void;
+  onclose?: () => void;
+  onerror?: (error: Error) => void;
+
+  constructor(readonly keys: Idempotency, readonly inner: Inner) {}
+
+  async start(): Promise<void> {
+    this.inner.onmessage = (message, extra) => this.receive(message, extra);
+    this.inner.onclose = () => this.onclose?.();
+    this.inner.onerror = (error) => this.onerror?.(error);
+    await this.inner.start();
+  }
+
+  async close(): Promise<void> {
+    await this.inner.close();
+  }
+
+  get sessionId(): string | undefined {
+    return this.inner.sessionId;
+  }
+
+  async send(message: JSONRPCMessage, options?: TransportSendOptions): Promise<void> {
+    const id = "result" in message || "error" in message ? message.id : undefined;
+    const run = id === undefined ? undefined : this.runs.get(id);
+    if (id === undefined || run === undefined) return this.inner.send(message, options);
+    this.runs.delete(id);
+    const answer = await this.record(run, message);
+    if (this.runs.size === 0) this.settle();
+    if (!run.cancelled) await this.inner.send({ jsonrpc: "2.0", id, ...answer } as JSONRPCMessage, options);
+  }
+
+  /** A raw message from the client: a tools/call is decided here; anything else goes to the SDK as it is. */
+  receive(message: JSONRPCMessage, extra?: MessageExtraInfo): void {
+    if ("method" in message && message.method === "tools/call" && "id" in message && wellFormed(message.params)) {
+      this.toolsCall(message, message.params, extra).catch((error: unknown) => this.onerror?.(error as Error));
+      return;
+    }
+    const cancelled = "method" in message && message.method === "notifications/cancelled"
+      ? this.runs.get((message.params as { requestId?: RequestId } | undefined)?.requestId ?? "") : undefined;
+    // A keyed run that has started runs to completion and is recorded: the SDK never hears of the cancel.
+    if (cancelled !== undefined) cancelled.cancelled = true;
+    else this.onmessage?.(message, extra);
+  }
+
+  /** A tools/call, before the SDK's handler and any tool runs. */
+  async toolsCall(message: JSONRPCRequest, params: { name: string; arguments?: { [m: string]: Json } }, extra?: MessageExtraInfo): Promise<void> {
+    const { keys } = this;
+    let key: string | null;
+    try {
+      key = keys.keyOf(params);
+    } catch (bad) {
+      keys.log(`invalid key: ${(bad as Error).message}`);
+      return this.reply(message, { error: rules.rejection(rules.INVALID_KEY, undefined, (bad as Error).message) });
+    }
+    if (key === null) {
+      keys.log(`no key: tool=${params.name}`);
+      return this.onmessage?.(message, extra); // exactly what the server did before
+    }
+    if (rules.holdsUnsafeInteger(params.arguments ?? {})) { // refused, not compared rounded; nothing recorded or run
+      keys.log(`unsafe integer: key=${repr(key)}`);
+      return this.reply(message, { error: { code: rules.ERROR_CODE, message: UNSAFE_INTEGER } });
+    }
+    const fingerprint = rules.fingerprint(params.name, params.arguments);
+    const principal = keys.principal(extra);
+    const storeKey = rules.scopedKey(principal, key);
+    let claim;
+    try {
+      claim = await keys.store.claim(storeKey, fingerprint, rules.principalName(principal));
+    } catch (error) {
+      if (!(error instanceof StoreUnavailable)) throw error;
+      keys.log(`store unavailable: key=${repr(key)} not claimed (${error.message})`);
+      return this.reject(message, rules.STORE_UNAVAILABLE, key);
+    }
+    if (claim.kind === "full") {
+      keys.log(`store full: key=${repr(key)}`);
+      return this.reject(message, rules.STORE_FULL, key);
+    }
+    if (claim.kind === "held") return this.reply(message, keys.answer(claim, fingerprint, key, params.name));
+    keys.log(`claimed: key=${repr(key)} tool=${params.name}`);
+    const run: Run = { key, storeKey, fingerprint, owner: claim.owner, tx: keys.store.begin(), cancelled: false,
+      deadline: setTimeout(() => void this.pastDeadline(message, run), keys.deadline * 1000) };
+    this.runs.set(message.id, run);
+    keys.running.set(storeKey, run);
+    this.idle = new Promise((resolve) => { this.settle = resolve; });
+    keys.context.run(run, () => this.onmessage?.(message, extra));
+  }
+
+  /** The run's outcome, recorded with the tool's writes in one commit: what the client is told. */
+  async record(run: Run, message: JSONRPCMessage): Promise<{ result: object } | { error: object }> {
+    const { keys } = this;
+    clearTimeout(run.deadline);
+    keys.running.delete(run.storeKey);
+    const outcome = "result" in message
+      ? { result: { ...message.result, _meta: { ...message.result._meta, [rules.ACKNOWLEDGEMENT]: rules.acknowledgement(run.key) } } }
+      : { error: (message as { error: object }).error };
+    // Kept as the Python library keeps an outcome, a result naming its type, so either language replays it.
+    const kept = "result" in outcome ? { result: { ...outcome.result, resultType: "complete" } } : outcome;
+    try {
+      run.tx.complete(run.storeKey, run.fingerprint, JSON.stringify(kept));
+      if (await run.tx.commit()) {
+        keys.log(`recorded: key=${repr(run.key)}`);
+        return outcome;
+      }
+      // This instance lost its lease and a retry completed first: its writes were rolled back.
+      keys.log(`lease lost: key=${repr(run.key)}, its writes rolled back`);
+      return { error: rules.rejection(rules.IN_PROGRESS, run.key) };
+    } catch (error) {
+      await this.giveBack(run);
+      keys.log(`store unavailable: key=${repr(run.key)}, nothing recorded (${String(error)})`);
+      return { error: rules.rejection(rules.STORE_UNAVAILABLE, run.key) };
+    }
+  }
+
+  /** A run past its deadline is ended: the SDK aborts its handler, its writes roll back, and that failure is
+   * recorded, not given back: the tool may have had an effect outside the store, which a run anew could repeat. */
+  async pastDeadline(message: JSONRPCRequest, run: Run): Promise<void> {
+    if (this.runs.get(message.id) !== run) return;
+    this.runs.delete(message.id);
+    this.keys.running.delete(run.storeKey);
+    this.onmessage?.({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: message.id, reason: "deadline" } });
+    await run.tx.rollback().catch(() => {});
+    const failure = { error: DEADLINE_PASSED(this.keys.deadline) };
+    const tx = this.keys.store.begin();
+    let answer: { error: object } = failure;
+    try {
+      tx.complete(run.storeKey, run.fingerprint, JSON.stringify(failure));
+      if (!(await tx.commit())) answer = { error: rules.rejection(rules.IN_PROGRESS, run.key) }; // taken over meanwhile
+      this.keys.log(`deadline passed: key=${repr(run.key)}, its run was stopped after ${this.keys.deadline} s`);
+    } catch (error) {
+      await this.giveBack(run);
+      this.keys.log(`store unavailable: key=${repr(run.key)}, nothing recorded (${String(error)})`);
+      answer = { error: rules.rejection(rules.STORE_UNAVAILABLE, run.key) };
+    }
+    if (this.runs.size === 0) this.settle();
+    if (!run.cancelled) await this.reply(message, answer);
+  }
+
+  /** Give the key back; if the store cannot even do that, its lease frees the key. */
+  async giveBack(run: Run): Promise<void> {
+    await this.keys.store.release(run.storeKey, run.owner)
+      .catch((error: unknown) => this.keys.log(`not released: key=${repr(run.key)} is left to its lease (${String(error)})`));
+  }
+
+  reject(message: JSONRPCRequest, type: RejectionType, key: string): Promise<void> {
+    return this.reply(message, { error: rules.rejection(type, key) });
+  }
+
+  /** Answer here; the SDK never sees the call. */
+  reply(message: JSONRPCRequest, answer: { result: object } | { error: object }): Promise<void> {
+    return this.inner.send({ jsonrpc: "2.0", id: message.id, ...answer } as JSONRPCMessage);
+  }
+}
