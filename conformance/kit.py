@@ -68,6 +68,7 @@ IN_PROGRESS = "idempotency_key_in_progress"
 STORE_FULL = "idempotency_store_full"
 STORE_UNAVAILABLE = "idempotency_store_unavailable"
 INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
 # The wire's own answer: error.data.retryable says whether the very same request may be sent again.
 RETRYABLE = {IN_PROGRESS: True, STORE_FULL: True, STORE_UNAVAILABLE: True, CONFLICT: False, INVALID_KEY: False}
 
@@ -802,6 +803,33 @@ def replay_not_refreshed(server: Server) -> dict:
     replay = server.charge(100, key)
     expect(server.count() == before, "the retry ran the tool again")
     expect(replay.get("result") == original["result"], f"the replay differs from the original: {replay}")
+
+
+def acknowledgement_of(response: dict):
+    """What a result says of its key in its _meta, under the extension's identifier (None: nothing)."""
+    return ((response.get("result") or {}).get("_meta") or {}).get(EXTENSION_ID)
+
+
+@check(
+    "result-acknowledged",
+    "a keyed call's result carries the acknowledgement of its key, and its replay carries it identically",
+    "MUST",
+    ["S2", "P33"],
+)
+def result_acknowledged(server: Server) -> dict:
+    """In the extension's placement, a keyed charge's result says its key was honoured:
+    _meta[EXTENSION_ID] = {"idempotencyKey": key}, recorded with it, so the replay carries the same member.
+    The SEP's field (--placement params) names no extension and defines no acknowledgement: not applicable."""
+    if server.connection.placement != "meta":
+        raise NotApplicable("the acknowledgement is the extension's (--placement meta); the SEP's field has none")
+    key = new_key()
+    first = server.charge(100, key)
+    expect(succeeded(first), f"the first keyed charge failed: {first}")
+    said = acknowledgement_of(first)
+    expect(said == {"idempotencyKey": key}, f"the first answer's acknowledgement is {said!r}, not of its key")
+    replayed = acknowledgement_of(server.charge(100, key))
+    expect(replayed == said, f"the replay's acknowledgement is {replayed!r}, not the first answer's {said!r}")
+    return {"acknowledgement": said}
 
 
 @check(
@@ -1594,31 +1622,31 @@ def first_answer(server: Server, request_id, within: float) -> dict | None:
 
 @check(
     "in-progress-ends-by-the-deadline",
-    "a keyed call that outlasts the advertised deadline is ended: its key is in progress for no longer than "
-    "deadlineSeconds + leaseSeconds",
-    "POSITION",
+    "a keyed call that outlasts the advertised deadline is ended and its -32603 recorded: its key is in progress "
+    "for no longer than deadlineSeconds + leaseSeconds",
+    "MUST",
     ["S1", "S4", "P31"],
     needs="short_deadline",
 )
 def in_progress_ends_by_the_deadline(server: Server) -> dict:
     """A bound on "in progress". On a server that advertises deadlineSeconds D and leaseSeconds L, and whose
     charge takes longer than D + L by four seconds or more, the same request is sent every half second: none
-    sent past D + L (and two seconds for the transport) may be refused as in progress. What frees the key is
-    the server's choice (the failure recorded and replayed, or the key released and run again); a retry that
-    is not answered at once is not a key in progress, and the rows on running calls judge it."""
+    sent past D + L (and two seconds for the transport) may be refused as in progress. The run stopped at its
+    deadline is recorded as a -32603 error outcome: the first retry not refused as in progress is answered with
+    it, and other arguments under the key are then a conflict; a key given back, which runs them, breaks the rule."""
     where, settings = capability(server)
     bound = [settings.get(name) for name in BOUND_SETTINGS] if isinstance(settings, dict) else []
     if len(bound) != 2 or not all(positive_integer(value) for value in bound):
         raise Skipped(f"{where} advertises no {' and '.join(BOUND_SETTINGS)}: {settings!r}")
     deadline, lease = bound
-    key, freed = new_key(), None
+    key, freed, outcome = new_key(), None, None
     original, began = server.send_charge(100, key), time.monotonic()
     while freed is None and time.monotonic() - began < deadline + lease + 2 * TAKEN_OVER:
         time.sleep(RETRY_EVERY)
         retry, sent_at = server.send_charge(100, key), time.monotonic() - began
         answer = first_answer(server, retry, TAKEN_OVER)
         if answer is None or error_type(answer) != IN_PROGRESS:
-            freed = round(sent_at, 1)
+            freed, outcome = round(sent_at, 1), answer
             break
         expect(
             sent_at < deadline + lease + TAKEN_OVER,
@@ -1631,6 +1659,16 @@ def in_progress_ends_by_the_deadline(server: Server) -> dict:
             "--short-deadline-command or --short-deadline-url must charge for longer than deadlineSeconds + "
             "leaseSeconds, by four seconds or more"
         )
+    # A -32603 alone does not tell a replay from a run anew that hit its own deadline: the key's record does, a
+    # completed one making other arguments under the key a conflict, where a key given back runs them.
+    recorded = outcome is not None and (outcome.get("error") or {}).get("code") == INTERNAL_ERROR
+    other = server.charge(200, key) if recorded else None
+    expect(
+        recorded and error_type(other) == CONFLICT,
+        f"the run stopped at its deadline was not recorded as a -32603 outcome: the same request, sent {freed} s "
+        f"after the original, got {'no answer in 2 s (it ran again)' if outcome is None else outcome}; other "
+        f"arguments under the key got {other if other is not None else '(not sent)'}",
+    )
     return {"deadlineSeconds": deadline, "leaseSeconds": lease, "freed at": freed}
 
 

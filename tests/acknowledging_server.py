@@ -1,5 +1,6 @@
-"""A tiny 2.x server over stdio whose tools answer as a server that acknowledges keys does, or as one that does
-not: for tests/test_gateway_answers.py, which reads those answers through the package's client half.
+"""A tiny 2.x server over stdio whose tools give the answers no honest server gives, for
+tests/test_gateway_answers.py, which reads them through the package's client half (the real acknowledgement it reads
+from the 2.x ledger server).
 
     .venv-2x/bin/python tests/acknowledging_server.py
 
@@ -7,8 +8,7 @@ It advertises the extension with a 1 s deadline and a 1 s lease, so a client's d
 key that is still in progress 2 s after its first attempt.
 
 Each tool takes the key as its argument `key` and counts its runs (`runs` reads the count):
-- `acknowledged`: a result with the acknowledgement in its _meta;
-- `plain`: a result without it;
+- `plain`: a result to a keyed call without the acknowledgement, as a server that ignored the key answers;
 - `own_error`: an isError result, acknowledged, whose text quotes the in-progress rejection's message: a tool's
   own error that the server recorded, which a client must return as it came;
 - `unacknowledged_error`: the same text, isError, no acknowledgement: what a gateway makes of a rejection.
@@ -46,12 +46,6 @@ def answer(tool: str, key: str, acknowledged: bool, is_error: bool = False) -> m
     return mcp_types.CallToolResult.model_validate(
         {"content": [{"type": "text", "text": text}], "isError": is_error, "_meta": meta}
     )
-
-
-@server.tool()
-async def acknowledged(key: str) -> mcp_types.CallToolResult:
-    """A result, acknowledged."""
-    return answer("acknowledged", key, acknowledged=True)
 
 
 @server.tool()

@@ -131,6 +131,8 @@ SERVED = {
     "makes-a-task-per-call": ("stdio", ["--tasks"], []),
     "keeps-the-question": ("stdio", [], ASKS_FIRST),
     "reads-the-key-in-both-places-meta": ("stdio", META, META),  # fails the same check in the other placement
+    "drops-the-acknowledgement": ("stdio", META, META),  # the acknowledgement is the extension's placement's
+    "drops-the-acknowledgement-from-replays": ("stdio", [*META, "--from", "replays"], META),
     "stops-its-run-when-the-stream-closes": ("http", ["--sse"], []),  # its stream is closed mid-call (P7)
     **{name: ("http", [], []) for name in AUTHORISED if name in STAND_INS},
     **{name: ("stdio", switch, []) for name, switch in SWITCHED.items()},

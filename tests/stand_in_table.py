@@ -121,6 +121,7 @@ STAND_INS = {
     # A live run taken over once its lease passes.
     "never-renews-its-lease": ("never_renews_its_lease.py", {"live-run-never-taken-over"}),
     "never-ends-a-hung-run": ("never_ends_a_hung_run.py", {"in-progress-ends-by-the-deadline"}),
+    "gives-back-a-hung-runs-key": ("gives_back_a_hung_runs_key.py", {"in-progress-ends-by-the-deadline"}),
     # Issue 26: one principal may fill the whole store.
     "bounds-only-the-whole-store": ("bounds_only_the_whole_store.py", {"share-per-principal"}),
     # Issue 24: a lost task handle, an input-required answer, the key's placement, a closed SSE stream.
@@ -140,6 +141,13 @@ STAND_INS = {
     "marks-its-replays": ("marks_its_replays.py", NO_SAME_REPLAY),
     "ends-its-window-a-second-early": ("ends_its_window_a_second_early.py", {"retention-window"}),
     **{f"drops-retryable-of-{kind}": ("drops_retryable.py", {"rejection-retryable"}) for kind in REJECTIONS},
+    # The acknowledgement (P33), in the extension's placement (kit_targets.SERVED): none on any answer, or a replay
+    # that does not carry it as the first answer did, which no replay-comparing check then takes for the same result.
+    "drops-the-acknowledgement": ("drops_the_acknowledgement.py", {"result-acknowledged"}),
+    "drops-the-acknowledgement-from-replays": (
+        "drops_the_acknowledgement.py",
+        {"result-acknowledged", *NO_SAME_REPLAY},
+    ),
 }
 # The stand-ins started with a switch of their script: the switch.
 SWITCHED = {

@@ -4,9 +4,10 @@
   were measured to behave: no capability, each rejection an isError text result) a keyed call sent without
   the capability still deduplicates: "still running" is never taken as the call's outcome, but waited out and
   sent again, and a conflict is still KeyRefused.
-- honoured(result) reads the acknowledgement a server puts in a keyed result's _meta; an isError result that
-  carries it is the tool's own, returned as it came, even when its text quotes a rejection's message
-  (tests/acknowledging_server.py)."""
+- honoured(result) reads the acknowledgement the 2.x ledger server puts in a keyed result's _meta, on the first
+  answer and the replay, a tool's own error included; an isError result that carries it is the tool's own,
+  returned as it came, even when its text quotes a rejection's message, and one without it is read as the
+  rejection it quotes (tests/acknowledging_server.py makes the answers no honest server gives)."""
 
 import json
 import subprocess
@@ -67,6 +68,44 @@ def test_behind_a_gateway_that_flattens_rejections_a_keyed_call_waits_out_still_
         server.close()
 
 
+HONOURED = """
+import json, os, sys
+import anyio
+from mcp import Client, StdioServerParameters
+from mcp_idempotency.client import call_tool, discover_settings, honoured, new_key
+
+async def main(command):
+    async with Client(StdioServerParameters(command=command[0], args=command[1:])) as client:
+        settings = await discover_settings(client)
+        report = {}
+        for name, amount in (("charge", 7), ("refused", 0)):
+            key = new_key()
+            answers = [await call_tool(client, "charge_guarded", {"amount": amount}, key=key, settings=settings)
+                       for _ in range(2)]
+            report[name] = [[honoured(a), a.is_error, a.content[0].text, a.meta] for a in answers]
+        report["ledger"] = json.loads((await client.call_tool("get_balance", {})).content[0].text)
+        print(json.dumps(report), flush=True)
+        os._exit(0)  # the verdict is out; the SDK's orderly stdio shutdown takes seconds more
+
+anyio.run(main, sys.argv[1:])
+"""
+
+
+@pytest.mark.targets("2x-stdio")
+def test_honoured_reads_the_ledger_servers_acknowledgement_on_the_first_answer_and_the_replay(tmp_path):
+    """The acknowledgement as the real server sends it: a charge and a tool's own error (an amount the tool
+    refuses), each honoured on its first answer and its replay, which carries the same _meta; one charge."""
+    server = [sdk2_python(), "-m", "mcp_idempotency_demo.ledger_server", "--placement", "meta"]
+    server += ["--store", f"sqlite:{tmp_path / 'store.db'}"]
+    run = subprocess.run([sdk2_python(), "-c", HONOURED, *server], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.splitlines()[-1])
+    for name, error in (("charge", False), ("refused", True)):
+        first, replay = report[name]
+        assert first[:2] == [True, error] and replay == first, report
+    assert report["ledger"]["charges"] == 1, report
+
+
 ACKNOWLEDGEMENTS = """
 import json, os, sys
 import anyio
@@ -77,7 +116,7 @@ async def main(command):
     async with Client(StdioServerParameters(command=command[0], args=command[1:])) as client:
         settings = await discover_settings(client)
         report = {"settings": [settings.placement.value, settings.deadline_seconds, settings.lease_seconds]}
-        for tool in ("acknowledged", "plain", "own_error"):
+        for tool in ("plain", "own_error"):
             key = new_key()
             result = await call_tool(client, tool, {"key": key}, key=key, settings=settings)
             report[tool] = {"honoured": honoured(result), "error": result.is_error, "text": result.content[0].text}
@@ -99,7 +138,6 @@ def test_honoured_reads_the_acknowledgement_and_an_unacknowledged_rejection_is_r
     run = subprocess.run([sdk2_python(), "-c", ACKNOWLEDGEMENTS, *server], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout.splitlines()[-1])
-    assert report["acknowledged"] == {"honoured": True, "error": False, "text": "acknowledged ran"}
     assert report["plain"] == {"honoured": False, "error": False, "text": "plain ran"}
     quoted = "the tool says: a request with this idempotencyKey is still running; retry shortly"
     assert report["own_error"] == {"honoured": True, "error": True, "text": quoted}  # the tool's answer, as it came
@@ -108,4 +146,4 @@ def test_honoured_reads_the_acknowledgement_and_an_unacknowledged_rejection_is_r
     assert report["unacknowledged_error"] == ["GaveUp", "idempotency_key_in_progress"]
     assert report["settings"] == ["meta", 1, 1]
     runs = report.pop("runs")
-    assert runs["unacknowledged_error"] > 1 and {"acknowledged": 1, "plain": 1, "own_error": 1}.items() <= runs.items()
+    assert runs["unacknowledged_error"] > 1 and {"plain": 1, "own_error": 1}.items() <= runs.items()

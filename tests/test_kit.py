@@ -275,6 +275,24 @@ def test_a_charge_that_outlasts_its_deadline_leaves_its_key_in_progress_no_longe
     assert [(entry["id"], entry["status"]) for entry in results] == [(check, "SUCCESS")], output
 
 
+# The TypeScript server's run is in the slow set, where the whole kit holds it to this check as well.
+@pytest.mark.parametrize("server", ["2x-stdio-meta", pytest.param("ts-stdio-meta", marks=pytest.mark.slow)])
+def test_a_keyed_result_and_its_replay_carry_the_same_acknowledgement_in_the_extensions_placement(server):
+    """P33: in the extension's placement the first answer names its key in _meta, and the replay the same."""
+    check = "sep-3182-result-acknowledged"
+    results, output = kit_targets.run_kit(server, [check])
+    assert [(entry["id"], entry["status"]) for entry in results] == [(check, "SUCCESS")], output
+    assert list(results[0]["details"]["acknowledgement"]) == ["idempotencyKey"], output
+
+
+def test_the_acknowledgement_is_not_asked_of_a_server_in_the_seps_field():
+    """server.py, the reference of the SEP's field, names no extension: the check binds it not, and says so."""
+    check = "sep-3182-result-acknowledged"
+    results, output = kit_targets.run_kit("1x-stdio", [check])
+    assert [(entry["status"], kit.applicable(entry)) for entry in results] == [("SKIPPED", False)], output
+    assert results[0]["errorMessage"].startswith("not applicable: the acknowledgement is the extension's"), output
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", [name for name in kit_targets.TARGETS if name not in kit_targets.STAND_INS])

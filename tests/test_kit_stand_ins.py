@@ -79,6 +79,10 @@ ASSERTIONS = [
     ("live-run-never-taken-over", "it took over or waited", "never-renews-its-lease"),
     ("live-run-never-taken-over", "a result unlike the original's", "marks-its-replays"),
     ("live-run-never-taken-over", "retried past its lease, charged 2 times", "runs-the-conflicts-it-refuses"),
+    ("in-progress-ends-by-the-deadline", "was refused as in progress", "never-ends-a-hung-run"),
+    ("in-progress-ends-by-the-deadline", "was not recorded as a -32603 outcome", "gives-back-a-hung-runs-key"),
+    ("result-acknowledged", "the first answer's acknowledgement is", "drops-the-acknowledgement"),
+    ("result-acknowledged", "the replay's acknowledgement is", "drops-the-acknowledgement-from-replays"),
 ]
 
 
