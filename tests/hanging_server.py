@@ -13,6 +13,7 @@ import sys
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from notes_tools import NOTES, counted
 
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.rules import Placement
@@ -26,7 +27,6 @@ parser.add_argument("--deadline-for", default="write_then_hang", metavar="TOOL",
 options = parser.parse_args()
 logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if options.verbose else logging.INFO)
 
-NOTES = "CREATE TABLE IF NOT EXISTS notes (text TEXT NOT NULL)"
 keys = Idempotency(
     options.store,
     limits=Limits(lease=1),
@@ -46,12 +46,5 @@ async def write_then_hang(text: str) -> str:
     return "never"
 
 
-@mcp.tool()
-async def notes() -> dict[str, int]:
-    """How many notes were kept."""
-    async with keys.transaction() as tx:
-        row = await tx.fetchone("SELECT count(*) FROM notes")
-    return {"notes": int(row[0]) if row else 0}
-
-
+counted(mcp, keys)
 mcp.run()

@@ -17,6 +17,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from notes_tools import NOTES, counted
 
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.rules import Placement
@@ -28,7 +29,6 @@ parser.add_argument("--placement", type=Placement, default=Placement.PARAMS, hel
 options = parser.parse_args()
 logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if options.verbose else logging.INFO)
 
-NOTES = "CREATE TABLE IF NOT EXISTS notes (text TEXT NOT NULL)"
 keys = Idempotency(options.store, tables=[NOTES], placement=options.placement)
 mcp = MCPServer("notes", version="1.0", extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan)
 started: set[asyncio.Task[None]] = set()  # asyncio keeps only weak references to its tasks
@@ -76,12 +76,5 @@ async def note_straddling(text: str, first: bool = False, fail: bool = False) ->
     return f"noting {text!r}"
 
 
-@mcp.tool()
-async def notes() -> dict[str, int]:
-    """How many notes were written."""
-    async with keys.transaction() as tx:
-        row = await tx.fetchone("SELECT count(*) FROM notes")
-    return {"notes": int(row[0]) if row else 0}
-
-
+counted(mcp, keys)
 mcp.run()

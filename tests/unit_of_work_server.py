@@ -13,6 +13,7 @@ import logging
 import sys
 
 from mcp.server.mcpserver import MCPServer
+from notes_tools import NOTES, counted
 
 from mcp_idempotency.layer import Idempotency
 from mcp_idempotency.rules import Placement
@@ -28,7 +29,6 @@ logging.basicConfig(
     stream=sys.stderr, level=logging.DEBUG if options.verbose else logging.INFO, format="%(name)s: %(message)s"
 )
 
-NOTES = "CREATE TABLE IF NOT EXISTS notes (text TEXT NOT NULL)"
 keys = Idempotency(options.store, limits=Limits(lease=options.lease), tables=[NOTES], placement=options.placement)
 mcp = MCPServer("notes", version="1.0", extensions=[keys], middleware=[keys.advertise], lifespan=keys.lifespan)
 
@@ -50,12 +50,5 @@ async def note_slowly(text: str, seconds: float) -> str:
     return f"noted {text!r}"
 
 
-@mcp.tool()
-async def notes() -> dict[str, int]:
-    """How many notes were written."""
-    async with keys.transaction() as tx:
-        row = await tx.fetchone("SELECT count(*) FROM notes")
-    return {"notes": int(row[0]) if row else 0}
-
-
+counted(mcp, keys)
 mcp.run()
