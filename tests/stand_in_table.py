@@ -33,6 +33,7 @@ NO_DEDUPLICATION = {
     "malformed-input-survived",
     "capability-settings",
     "live-run-never-taken-over",
+    "in-progress-ends-by-the-deadline",
 }
 # Every check that provokes a conflict and looks for one, where a server answers it otherwise
 NO_CONFLICT = {
@@ -45,6 +46,7 @@ NO_CONFLICT = {
     "large-integers-exact",
     "conflict-while-running",
     "live-run-never-taken-over",
+    "in-progress-ends-by-the-deadline",  # it asks that the stopped run's key be a conflict under other arguments
 }
 # Every check that compares a replayed outcome with its original (but store-bound, whose store a full run has filled)
 NO_SAME_REPLAY = {
@@ -74,6 +76,7 @@ STAND_INS = {
             "in-progress-error-data",
             "cancelled-call-runs-once",
             "live-run-never-taken-over",
+            "in-progress-ends-by-the-deadline",
         },
     ),
     "drops-the-capability": ("drops_the_capability.py", {"capability-declared"}),
@@ -105,6 +108,7 @@ STAND_INS = {
             "in-progress-error-data",
             "cancelled-call-runs-once",
             "live-run-never-taken-over",
+            "in-progress-ends-by-the-deadline",
         },
     ),
     "never-forgets-a-key": ("never_forgets_a_key.py", {"retention-window"}),
@@ -136,7 +140,10 @@ STAND_INS = {
     "runs-the-invalid-keys-it-refuses": ("runs_what_it_refuses.py", {"capability-settings", "invalid-key-rejected"}),
     # The kit asks "ran nothing" of each conflict it provokes, so every check that provokes one falls short.
     # (Its refusal is the layer's own, so the checks of a conflict's shape pass.)
-    "runs-the-conflicts-it-refuses": ("runs_what_it_refuses.py", NO_CONFLICT - {"conflict-error-data", "error-code"}),
+    "runs-the-conflicts-it-refuses": (
+        "runs_what_it_refuses.py",
+        NO_CONFLICT - {"conflict-error-data", "error-code", "in-progress-ends-by-the-deadline"},
+    ),
     "answers-a-conflict-as-a-tool-error": ("answers_a_conflict_as_a_tool_error.py", NO_CONFLICT),
     "marks-its-replays": ("marks_its_replays.py", NO_SAME_REPLAY),
     "ends-its-window-a-second-early": ("ends_its_window_a_second_early.py", {"retention-window"}),

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from contextlib import ExitStack
 
+import pytest
 from conftest import postgres_database
 from kit_targets import KIT
 from node_packages import PACKAGE, typescript_built
@@ -22,6 +23,7 @@ from mcp_idempotency.rules import META_KEY, downstream_key, fingerprint, scoped_
 SHOP = PACKAGE / "dist-examples" / "shop.js"
 
 
+@pytest.mark.slow  # the whole kit against a server: the slow set's, as for every other server
 def test_the_typescript_shop_written_from_the_readme_passes_the_kit_on_postgresql(tmp_path):
     typescript_built()
     with ExitStack() as databases:

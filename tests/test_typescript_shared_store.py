@@ -61,6 +61,7 @@ def test_another_request_under_a_key_the_other_language_holds_is_a_conflict(both
     assert python.ledger() == {"balance": 100, "charges": 1}
 
 
+@pytest.mark.slow  # the whole kit against a server: the slow set's, as for every other server
 def test_the_kit_passes_on_the_typescript_server_on_postgresql(tmp_path):
     """The whole kit, each of its servers (main, slow, short window, bounded, short lease and deadline) on a
     PostgreSQL database of its own, the records and the ledger there: every check a server without authorisation

@@ -149,8 +149,10 @@ def test_patches_apply_to_the_release_pass_the_sdk_suites_and_carry_the_library(
 
 # What the kit cannot ask of a server on stdio: a second principal and a narrowed token (K2, K3) need HTTP
 # behind authorisation, a retry in another revision needs HTTP; and what the example does not offer (Tasks,
-# a tool that asks first), which the kit reports as not applicable.
+# a tool that asks first), which the kit reports as not applicable; and a run past a short deadline, since the
+# example takes no --deadline and its one-process store declares no lease (the SDK's own tests hold the deadline).
 NOT_ON_STDIO = {
+    "sep-3182-in-progress-ends-by-the-deadline",
     "sep-3182-key-scoped-to-principal",
     "sep-3182-other-principals-key-no-conflict",
     "sep-3182-other-principals-key-not-in-progress",
