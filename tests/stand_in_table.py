@@ -76,7 +76,6 @@ STAND_INS = {
             "in-progress-error-data",
             "cancelled-call-runs-once",
             "live-run-never-taken-over",
-            "in-progress-ends-by-the-deadline",
         },
     ),
     "drops-the-capability": ("drops_the_capability.py", {"capability-declared"}),
