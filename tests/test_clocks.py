@@ -15,7 +15,7 @@ SQLite: the store reads the instance's own clock. It assumes what one file impli
 every instance runs on one machine and reads the same clock. These tests pin what a
 skewed instance does there anyway: one an hour ahead takes over a call that is still
 running at once, yet fencing keeps it to one charge (the original's completion is
-refused and its charge rolled back); one an hour behind keeps a dead call's key in
+refused and its effect rolled back); one an hour behind keeps a dead call's key in
 progress long after its lease; one ahead drops a key recorded by one behind before its
 window closes, and runs it again.
 
@@ -158,7 +158,7 @@ def test_sqlite_instance_an_hour_ahead_takes_over_a_running_call_at_once_yet_fen
 
     # A charges too, but its completion is refused (its claim was taken) and rolled back.
     assert error_type(a.reply(call)) == IN_PROGRESS
-    assert "lease lost: key='order-3', its charge rolled back" in a.log()
+    assert "lease lost: key='order-3', its effect rolled back" in a.log()
     assert a.ledger() == {"balance": 100, "charges": 1}
     assert a.charge(100, key="order-3")["result"] == taken["result"]  # A now replays B's outcome
 

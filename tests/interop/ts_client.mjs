@@ -19,6 +19,11 @@ import { CallToolResultSchema, LATEST_PROTOCOL_VERSION } from "@modelcontextprot
 const USAGE = "usage: ts_client.mjs stdio PYTHON SERVER_PY | ts_client.mjs http URL";
 const [kind, ...where] = process.argv.slice(2);
 const transport = transportFor(kind, where);
+// server.py (over stdio) advertises the key length and the window; the 2.x server (over HTTP) also how long a key may
+// stay in progress: its runs' deadline and a dead holder's lease.
+const SETTINGS = kind === "stdio"
+  ? { maxKeyLength: 255, retentionSeconds: 86400 }
+  : { maxKeyLength: 255, retentionSeconds: 86400, deadlineSeconds: 600, leaseSeconds: 30 };
 const initializeResult = keepInitializeResult(transport);
 const client = new Client({ name: "sep-3182-ts-client", version: "1.0.0" });
 await client.connect(transport);
@@ -66,7 +71,7 @@ const checks = [
     assert.equal(initializeResult.protocolVersion, LATEST_PROTOCOL_VERSION);
   }],
   ["the initialize result on the wire has capabilities.tools.idempotency with its settings (P11')", async () => {
-    assert.deepEqual(initializeResult.capabilities.tools.idempotency, { maxKeyLength: 255, retentionSeconds: 86400 });
+    assert.deepEqual(initializeResult.capabilities.tools.idempotency, SETTINGS);
   }],
   ["a quirk of this SDK, pinned: its typed getServerCapabilities() drops tools.idempotency", async () => {
     assert.equal(client.getServerCapabilities().tools.idempotency, undefined);

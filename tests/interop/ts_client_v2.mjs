@@ -61,7 +61,7 @@ const checks = [
   }],
   ["the server/discover result on the wire has capabilities.tools.idempotency with its settings (P11')", async () => {
     assert.deepEqual(exchanges("server/discover")[0]?.received?.result?.capabilities?.tools?.idempotency,
-      { maxKeyLength: 255, retentionSeconds: 86400 });
+      { maxKeyLength: 255, retentionSeconds: 86400, deadlineSeconds: 600, leaseSeconds: 30 });
   }],
   ["a quirk of this SDK, pinned: its typed getServerCapabilities() and getDiscoverResult() drop tools.idempotency", async () => {
     assert.ok(client.getServerCapabilities().tools, "no tools capability at all");
