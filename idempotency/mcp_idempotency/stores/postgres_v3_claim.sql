@@ -6,11 +6,10 @@
 -- atomic insert, or taken over once its deadline has passed. Every time here
 -- is the database's clock, and clock_timestamp(), the time now, not now(), the
 -- time the transaction began: a claim that waited is not born older than it is.
--- The key's row is locked before the count row, and the count row only for as
--- long as it takes to add one: a claim that waits on a key (its holder frozen
--- before COMMIT) holds up no other principal's key. It does hold its own
--- principal's share lock meanwhile, so that principal's new keys wait behind it,
--- for the store's lock wait at most. Whether a record past its deadline may be
+-- A key's row that exists is locked before anything else, and the count row only
+-- for as long as it takes to add one: a claim that waits on a key (its holder
+-- frozen before COMMIT) holds up no other key, its own principal's included.
+-- Whether a record past its deadline may be
 -- taken is `may_take` in mcp_idempotency/stores/__init__.py, written here twice in SQL
 -- (the read, and the insert's WHERE, which re-decides atomically); the repository's
 -- store tests check this function against it.
@@ -25,6 +24,12 @@ DECLARE
 BEGIN
     SELECT r.fingerprint, r.status, r.outcome, r.deadline <= clock_timestamp() AS passed INTO holder
     FROM idempotency_records r WHERE r.key = claim_key;
+    IF FOUND AND holder.passed AND (holder.status = 'completed' OR holder.fingerprint = claim_fingerprint) THEN
+        -- It may be taken: lock its row first, waiting on no other lock held, then
+        -- read it again as it is now (its holder may have completed or renewed it).
+        SELECT r.fingerprint, r.status, r.outcome, r.deadline <= clock_timestamp() AS passed INTO holder
+        FROM idempotency_records r WHERE r.key = claim_key FOR UPDATE;
+    END IF;
     IF FOUND AND NOT (holder.passed AND (holder.status = 'completed' OR holder.fingerprint = claim_fingerprint)) THEN
         RETURN QUERY SELECT 'held', holder.fingerprint, holder.outcome;  -- no write at all
         RETURN;
@@ -35,8 +40,8 @@ BEGIN
     -- full where in progress was due, both "retry later", and the retry learns which.
     -- Its claims take turns on a lock of their own (advisory, two-key space, until COMMIT),
     -- so two of them never both see room for one; other principals' claims, and every
-    -- replay, never wait for it. Taken before the key's row, so locks come in one order:
-    -- principal, key, count.
+    -- replay, never wait for it. Locks come in one order: a key that exists, the
+    -- principal, a new key (which only a claim holding the principal inserts), count.
     PERFORM pg_advisory_xact_lock(3182, hashtext(claim_principal));
     IF (SELECT count(*) FROM (SELECT 1 FROM idempotency_records r
                               WHERE r.principal = claim_principal AND r.deadline > clock_timestamp()
