@@ -40,12 +40,12 @@ DEDUPLICATION_WITHOUT_A_KEY = """
         return self.answered[repr(ctx.params.get("arguments"))]
 """
 UNSCOPED_AND_UNCHECKED = """
-    def store_key(self, principal, key):  # K2 broken: the bare key, whoever sends it
+    def _store_key(self, principal, key):  # K2 broken: the bare key, whoever sends it
         return key
 ledger_server.TOOL_SCOPES.clear()  # K3 broken: any valid token may call any tool
 """
 NO_CAPABILITY = """
-    def advertised(self, result):  # tools.idempotency left out of server/discover
+    def _advertised(self, result):  # tools.idempotency left out of server/discover
         return result
 """
 SHORT_KEYS = """

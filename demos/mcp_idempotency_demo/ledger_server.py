@@ -26,11 +26,10 @@ import mcp_types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.request_state import RequestStateSecurity
 
+from mcp_idempotency.errors import InvalidSetting
 from mcp_idempotency.keyed_run import SHUTDOWN_GRACE
 from mcp_idempotency.layer import Idempotency, one_tenant, token_principal
-from mcp_idempotency.probe import sdk_hides_the_key
 from mcp_idempotency.rules import Placement
-from mcp_idempotency.stores import Limits, Misconfigured, open_store
 
 from . import ledger, options, tasks
 
@@ -308,18 +307,6 @@ def tables_of(run_tasks: bool) -> tuple[str, ...]:
     return (*ledger.TABLES, *(tasks.TABLES if run_tasks else ()))
 
 
-async def store_problem(url: str, limits: Limits, run_tasks: bool) -> str | None:
-    """Open the store once before serving, with the tools' tables: a bad --store ends in one line, not a
-    traceback."""
-    try:
-        async with open_store(url, limits, tables_of(run_tasks)):
-            return None
-    except Misconfigured as error:  # its message says what to do: the one line as it is
-        return str(error)
-    except Exception as error:
-        return f"{type(error).__name__}: {error}".splitlines()[0]
-
-
 def serve_http(settings: argparse.Namespace, keys: Idempotency, gate: "type[ScopeGate] | None" = None) -> None:
     """Streamable HTTP; with --issuer, an OAuth resource server whose per-tool scopes `gate` checks
     (default: mcp_idempotency/auth.py's ScopeGate)."""
@@ -362,15 +349,19 @@ def main(
     settings = parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(name)s: %(message)s", force=True)
     log.setLevel(logging.DEBUG if settings.verbose else logging.INFO)
-    # P12': a build that hides the key would let this server look idempotent while
-    # it deduplicates nothing. Probed, not assumed, before anything is served.
-    for refusal in (sdk_hides_the_key(), unauthenticated_refusal(settings)):
-        if refusal is not None:
-            sys.exit(refusal)
+    refusal = unauthenticated_refusal(settings)
+    if refusal is not None:
+        sys.exit(refusal)
     limits = options.limits_of(settings)
-    problem = anyio.run(store_problem, settings.store, limits, settings.tasks)
-    if problem is not None:
-        sys.exit(f"cannot open the store {settings.store}: {problem}")
+    principal = one_tenant if settings.issuer is None else token_principal
+    tables = tables_of(settings.tasks)
+    try:
+        keys = layer(settings.store, limits=limits, principal=principal, placement=settings.placement, tables=tables)
+    except (InvalidSetting, ModuleNotFoundError) as refusal:  # a URL no store of the package takes
+        sys.exit(f"cannot open the store {settings.store}: {refusal}")
+    # P12': a build that hides the key would let this server look idempotent while it deduplicates
+    # nothing. Probed, not assumed, before anything is served; and the store opened once, with the tables.
+    keys.check()
     where = "stdio" if settings.transport == "stdio" else f"http://{settings.host}:{settings.port}/mcp"
     log.info(
         "serving on %s: store %s, retention %gs, lease %gs, deadline %gs, at most %d records, charge delay %gs, "
@@ -385,9 +376,6 @@ def main(
         settings.placement.value,
     )
     log.info("%s", tenancy(settings))
-    principal = one_tenant if settings.issuer is None else token_principal
-    tables = tables_of(settings.tasks)
-    keys = layer(settings.store, limits=limits, principal=principal, placement=settings.placement, tables=tables)
     if settings.transport == "stdio":
         ledger_server(keys, settings.charge_delay, settings.tasks, settings.state_key).run()
     else:

@@ -81,6 +81,7 @@ async def payments(account: str | None = None) -> dict[str, int]:
     return {"payments": int(count), "balance": int(balance)}
 
 
+keys.check()  # a store that cannot open as configured ends the process here, in one line naming the fix
 if options.transport == "http":
     mcp.run("streamable-http", port=options.port, stateless_http=True)
 else:

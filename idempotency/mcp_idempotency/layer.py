@@ -20,13 +20,15 @@ one whose effect is elsewhere (an e-mail) forwards `keys.downstream_key()` to th
 API that makes it, or else a crash between the effect and the record lets the retry
 send it again.
 
-The decisions a subclass may change, one method each: `key_of` (where and what a key
-is), `fingerprint` (what makes two requests the same), `principal` (whose call it is,
-given to the constructor), `store_key` and `share_of` (how records are scoped and
-counted), `answer` (what a record that holds the key gives a retry), `never_kept`
-(which outcomes are not recorded), `keyed_run` (the life cycle of one claimed call:
-its lease, its deadline), `run_once` (where a keyed run runs) and `advertised` (the
-capability). `intercept_tool_call` is the algorithm itself.
+It is configured by its constructor's arguments alone. Its public members are the
+three the server is built with (the layer itself, `advertise`, `lifespan`), `check()`
+for its main to call before serving, the two a
+tool uses (`transaction()`, `downstream_key()`), `key_argument()` for the argument
+placement, and what it was given (`limits`, `placement`, `principal`); the SDK calls
+`settings` and `intercept_tool_call`, the algorithm itself. Each decision the algorithm
+makes is one private method (`_key_of`, `_fingerprint`, `_store_key`, `_share_of`,
+`_answer`, `_never_kept`, `_keyed_run`, `_run_once`, `_advertised`), so the rules read
+one at a time; they are not an interface and may change.
 """
 
 import contextvars
@@ -36,6 +38,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
+import anyio
 import mcp_types
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -51,7 +54,7 @@ from . import rules, stores
 from .errors import InvalidSetting, ServerMisconfigured
 from .keyed_run import KeyedRun, Runs, Work, runs_kept
 from .outcomes import AsksAgain, Outcome, internal_error, recorded, rejection
-from .probe import why_the_key_is_hidden
+from .probe import sdk_hides_the_key, why_the_key_is_hidden
 from .rules import CONFLICT, IN_PROGRESS, INVALID_KEY, STORE_FULL, STORE_UNAVAILABLE, Placement
 from .stores import Full, Held, Limits, Store, StoreUnavailable, UnitOfWork, Won, checked_url, open_store
 
@@ -200,15 +203,15 @@ class Idempotency(Extension):
         tables: Sequence[str] = (),
         deadlines: Mapping[str, float] = {},
     ):
-        self.store_url, self.limits, self.principal = checked_url(store), limits, principal  # a bad URL fails here
-        self.deadlines = checked_deadlines(deadlines)  # a tool's own deadline, in place of limits.deadline
-        self.tables = tuple(tables)  # the tools' own schema statements, made as the store opens (open_store)
+        self._store_url, self.limits, self.principal = checked_url(store), limits, principal  # a bad URL fails here
+        self._deadlines = checked_deadlines(deadlines)  # a tool's own deadline, in place of limits.deadline
+        self._tables = tuple(tables)  # the tools' own schema statements, made as the store opens (open_store)
         self.placement = placement  # it decides only where the key is read and the capability written
-        self._store: Store | None = None
-        self.key_arguments: dict[str, str] = {}  # argument placement: each marked tool's key property
-        self._runs: Runs | None = None  # every keyed run, while the server runs
-        self.applied = False  # by an MCPServer, given extensions=[keys]
-        self.shared_key_space_told = False  # said once: over HTTP without authorisation, one key space
+        self._opened: Store | None = None
+        self._key_arguments: dict[str, str] = {}  # argument placement: each marked tool's key property
+        self._running: Runs | None = None  # every keyed run, while the server runs
+        self._applied = False  # by an MCPServer, given extensions=[keys]
+        self._shared_key_space_told = False  # said once: over HTTP without authorisation, one key space
 
     # -- the store, open while the server runs -------------------------------
 
@@ -216,7 +219,7 @@ class Idempotency(Extension):
     async def lifespan(self, server: MCPServer[Any]) -> AsyncIterator["Idempotency"]:
         """Refuse to serve on an SDK that hides the key, or unwired; then the store, open while it runs."""
         refusal = await why_the_key_is_hidden()  # probed, not assumed: else the server looks idempotent and is not
-        if refusal is None and not self.applied:
+        if refusal is None and not self._applied:
             refusal = NOT_INSTALLED  # the capability would be advertised, and no key ever read
         if refusal is None and self.advertise not in server.middleware:
             refusal = NOT_ADVERTISED  # clients would never learn that they may send keys
@@ -224,48 +227,68 @@ class Idempotency(Extension):
             log.error("%s", refusal)
             raise ServerMisconfigured(refusal)
         # Which tools take a key, and in which argument, read from the tool list once, as the server starts.
-        tools = await server.list_tools() if self.placement is Placement.ARGUMENT or self.deadlines else []
-        self.key_arguments = {tool.name: name for tool in tools if (name := rules.marked_argument(tool.input_schema))}
-        unknown = sorted(set(self.deadlines) - {tool.name for tool in tools})
+        tools = await server.list_tools() if self.placement is Placement.ARGUMENT or self._deadlines else []
+        self._key_arguments = {tool.name: name for tool in tools if (name := rules.marked_argument(tool.input_schema))}
+        unknown = sorted(set(self._deadlines) - {tool.name for tool in tools})
         if unknown:  # a typo would leave that tool on the server's deadline, unnoticed
             refusal = f"deadlines= names no tool of this server: {', '.join(unknown)}; name the tools as listed"
             log.error("%s", refusal)
             raise ServerMisconfigured(refusal)
         # The runs end before the store closes under them, and a run may use the store until it ends.
         try:
-            async with self.opened_store() as store, runs_kept(self.limits.lease) as runs:
-                self._store, self._runs = store, runs
+            async with self._opened_store() as store, runs_kept(self.limits.lease) as runs:
+                self._opened, self._running = store, runs
                 yield self
         finally:
-            self._store, self._runs = None, None
+            self._opened, self._running = None, None
 
     @asynccontextmanager
-    async def opened_store(self) -> AsyncIterator[Store]:
+    async def _opened_store(self) -> AsyncIterator[Store]:
         """The store, open while the server runs; one that cannot open as configured is logged first, in one line."""
         try:
-            async with open_store(self.store_url, self.limits, self.tables) as store:
+            async with open_store(self._store_url, self.limits, self._tables) as store:
                 yield store
         except stores.Misconfigured as refusal:
-            log.error("cannot open the store %s: %s", stores.shown(self.store_url), refusal)
+            log.error("%s", self._cannot_open(refusal))
             raise
 
-    @property
-    def store(self) -> Store:
-        """The open store; only while the server runs."""
-        if self._store is None:
-            raise ServerMisconfigured(NOT_OPEN)
-        return self._store
+    def _cannot_open(self, refusal: stores.Misconfigured) -> str:
+        """The one line a store that cannot open as configured is told in: what, and the fix."""
+        return f"cannot open the store {stores.shown(self._store_url)}: {refusal}"
+
+    def check(self) -> None:
+        """From a server's main, before it serves: the SDK shows the layer the key, and the store opens as
+        configured with the tools' tables; else the process ends here in the one line that names the fix,
+        rather than in the SDK's traceback from the lifespan, which refuses the same."""
+        refusal = sdk_hides_the_key() or anyio.run(self._store_refusal)
+        if refusal is not None:
+            raise SystemExit(refusal)
+
+    async def _store_refusal(self) -> str | None:
+        """Why the store cannot open as configured, in one line; None if it opens."""
+        try:
+            async with open_store(self._store_url, self.limits, self._tables):
+                return None
+        except stores.Misconfigured as refusal:
+            return self._cannot_open(refusal)
 
     @property
-    def runs(self) -> Runs:
-        """The keyed runs under way; only while the server runs."""
-        if self._runs is None:
+    def _store(self) -> Store:
+        """The open store; only while the server runs."""
+        if self._opened is None:
             raise ServerMisconfigured(NOT_OPEN)
-        return self._runs
+        return self._opened
+
+    @property
+    def _runs(self) -> Runs:
+        """The keyed runs under way; only while the server runs."""
+        if self._running is None:
+            raise ServerMisconfigured(NOT_OPEN)
+        return self._running
 
     def transaction(self) -> UnitOfWork:
         """A tool's unit of work in the store; under a keyed call it joins the layer's, as a savepoint."""
-        return self.store.transaction()
+        return self._store.transaction()
 
     def key_argument(self) -> Any:
         """A tool's key parameter's annotation, marked, as long as keys here: `k: keys.key_argument() = None`."""
@@ -283,14 +306,14 @@ class Idempotency(Extension):
 
     async def advertise(self, ctx: Context, call_next: CallNext) -> HandlerResult:
         """The server middleware that writes the capability into server/discover (2026-07-28) and initialize (2025)."""
-        if ctx.request is not None and self.principal is one_tenant and not self.shared_key_space_told:
-            self.shared_key_space_told = True  # the operator learns it once, at the first request over HTTP
+        if ctx.request is not None and self.principal is one_tenant and not self._shared_key_space_told:
+            self._shared_key_space_told = True  # the operator learns it once, at the first request over HTTP
             log.warning(SHARED_KEY_SPACE)
         if ctx.request_id is None or ctx.method not in ("server/discover", "initialize"):
             return await call_next(ctx)
         # Checked at the handshake, before any capability is advertised: a client told the server
         # is idempotent would retry on a server that cannot be.
-        if self._store is None:
+        if self._opened is None:
             log.error("%s", NOT_OPEN)
             raise MCPError(code=rules.INTERNAL_ERROR["code"], message=NOT_OPEN)
         result = as_mapping(await call_next(ctx))
@@ -299,22 +322,22 @@ class Idempotency(Extension):
             result["capabilities"]["extensions"] = {
                 name: value for name, value in extensions.items() if name != rules.EXTENSION_ID
             }
-        return self.advertised(result)
+        return self._advertised(result)
 
-    def advertised(self, result: dict[str, Any]) -> dict[str, Any]:
+    def _advertised(self, result: dict[str, Any]) -> dict[str, Any]:
         """The capability where the placement puts it, with the key length and window."""
-        rules.advertise(result.setdefault("capabilities", {}), self.placement, self.capability())
+        rules.advertise(result.setdefault("capabilities", {}), self.placement, self._capability())
         return result
 
-    def capability(self) -> dict[str, Any]:
+    def _capability(self) -> dict[str, Any]:
         """The longest key taken, the window, the longest deadline of any tool and the lease, in seconds."""
-        deadline = max([self.limits.deadline, *self.deadlines.values()])
+        deadline = max([self.limits.deadline, *self._deadlines.values()])
         return rules.capability(self.limits.max_key_length, self.limits.retention, deadline, self.limits.lease)
 
     def settings(self) -> dict[str, Any]:
         """SEP-2133: what the SDK advertises under capabilities.extensions (on 2026-07-28), asked as it applies us."""
-        self.applied = True  # the SDK applies each extension as it builds the MCPServer: lifespan checks it did
-        return self.capability()
+        self._applied = True  # the SDK applies each extension as it builds the MCPServer: lifespan checks it did
+        return self._capability()
 
     # -- a tools/call, before any tool runs -------------------------------------
 
@@ -323,59 +346,61 @@ class Idempotency(Extension):
     ) -> HandlerResult:
         """The SDK validated the request; read its key from the raw params, then claim, answer or run."""
         sent = dict(ctx.params or {})  # the raw params: the typed `params` have no idempotencyKey
-        key = self.key_of(sent)
+        key = self._key_of(sent)
         if key is None:
             log.debug("no key: tool=%s", params.name)
             return await call_next(ctx)  # exactly what the server did before
-        fingerprint = self.fingerprint(sent)
+        fingerprint = self._fingerprint(sent)
         principal = self.principal()  # whose call this is, found once
-        store_key = self.store_key(principal, key)
+        store_key = self._store_key(principal, key)
         # The store takes the key in one atomic step, or says which record holds it;
         # it reads first, so most retries (replay, conflict, in progress) take no lock.
         try:
-            claim = await self.store.claim(store_key, fingerprint, self.share_of(principal))
+            claim = await self._store.claim(store_key, fingerprint, self._share_of(principal))
         except StoreUnavailable as error:  # nothing claimed, nothing ran
             log.warning("store unavailable: key=%r not claimed (%s)", key, error)
             raise rejection(STORE_UNAVAILABLE, key) from None
         if isinstance(claim, Won):
             log.debug("claimed: key=%r tool=%s", key, params.name)
-            run = self.keyed_run(key, store_key, fingerprint, claim.owner, params.name)
-            outcome = await self.run_once(run, lambda: self.run_and_record(ctx, call_next, key, store_key, fingerprint))
+            run = self._keyed_run(key, store_key, fingerprint, claim.owner, params.name)
+            outcome = await self._run_once(
+                run, lambda: self._run_and_record(ctx, call_next, key, store_key, fingerprint)
+            )
             if isinstance(outcome, MCPError):
                 raise outcome
             return outcome
         if isinstance(claim, Full):  # refuse rather than run without the guarantee
             log.debug("store full: key=%r", key)
             raise rejection(STORE_FULL, key)
-        return self.answer(claim, fingerprint, key, ctx)
+        return self._answer(claim, fingerprint, key, ctx)
 
-    def key_of(self, params: Mapping[str, Any]) -> str | None:
+    def _key_of(self, params: Mapping[str, Any]) -> str | None:
         """The request's key where the placement reads it, or None when it carries none there."""
         # Only the placement's own member counts (the sibling of `name` and `arguments`, the extension's
         # _meta key, or the tool's marked argument); one anywhere else is the tool's business, not a key.
         try:
-            sent = rules.sent_key(params, self.placement, self.key_arguments.get(params.get("name", "")))
+            sent = rules.sent_key(params, self.placement, self._key_arguments.get(params.get("name", "")))
             return rules.checked_key(sent, self.limits.max_key_length)
         except rules.InvalidKey as bad:
             log.debug("invalid key: %s", bad)
             raise rejection(INVALID_KEY, None, str(bad)) from None
 
-    def fingerprint(self, params: Mapping[str, Any]) -> bytes:
+    def _fingerprint(self, params: Mapping[str, Any]) -> bytes:
         """The tool's name and its arguments as JSON values; _meta and the key play no part."""
-        return rules.fingerprint(params["name"], params.get("arguments"), self.key_arguments.get(params["name"]))
+        return rules.fingerprint(params["name"], params.get("arguments"), self._key_arguments.get(params["name"]))
 
-    def store_key(self, principal: Principal, key: str) -> str:
+    def _store_key(self, principal: Principal, key: str) -> str:
         """The key as the store knows it: the principal's, so that no other principal's key can match it."""
         return rules.scoped_key(principal, key)
 
-    def share_of(self, principal: Principal) -> str:
+    def _share_of(self, principal: Principal) -> str:
         """Whose share of the store a new record counts against: the principal's own, so that one
         principal filling its share leaves every other principal's answers as they were."""
         return rules.principal_name(principal)
 
     # -- a record holds the key: conflict, in progress, replay ----------------
 
-    def answer(self, held: Held, fingerprint: bytes, key: str, ctx: Context) -> dict[str, Any]:
+    def _answer(self, held: Held, fingerprint: bytes, key: str, ctx: Context) -> dict[str, Any]:
         """A record holds the key: conflict, in progress, or its replay."""
         if held.fingerprint != fingerprint:  # checked first, so a mismatch is a conflict even mid-run
             log.debug("conflict: key=%r tool=%s", key, (ctx.params or {}).get("name"))
@@ -384,9 +409,9 @@ class Idempotency(Extension):
             log.debug("in progress: key=%r", key)
             raise rejection(IN_PROGRESS, key)
         log.debug("replayed: key=%r", key)
-        return self.replay(held.outcome, ctx.protocol_version, rules.declared(ctx.params or {}))
+        return self._replay(held.outcome, ctx.protocol_version, rules.declared(ctx.params or {}))
 
-    def replay(self, outcome: str, revision: str, declared: Mapping[str, Any]) -> dict[str, Any]:
+    def _replay(self, outcome: str, revision: str, declared: Mapping[str, Any]) -> dict[str, Any]:
         """The recorded outcome, which the SDK shapes for the retry's revision, if the
         retry declares what the original did; no tool runs. Refused, nothing runs and the record stays."""
         kept = from_json(outcome)
@@ -407,26 +432,27 @@ class Idempotency(Extension):
 
     # -- the key is ours: run the tool once, and record what it produced ------
 
-    def keyed_run(self, key: str, store_key: str, fingerprint: bytes, owner: str, tool: str) -> KeyedRun:
+    def _keyed_run(self, key: str, store_key: str, fingerprint: bytes, owner: str, tool: str) -> KeyedRun:
         """The life cycle of one claimed call: its lease kept while its tool runs, until the tool's deadline."""
-        return KeyedRun(self.store, key, store_key, fingerprint, owner, self.deadlines.get(tool, self.limits.deadline))
+        deadline = self._deadlines.get(tool, self.limits.deadline)
+        return KeyedRun(self._store, key, store_key, fingerprint, owner, deadline)
 
-    async def run_once(self, run: KeyedRun, work: Work) -> Outcome:
+    async def _run_once(self, run: KeyedRun, work: Work) -> Outcome:
         """A keyed run runs in the server's own task group, to completion or its deadline, whatever befalls
         its caller: a cancel, a closed response stream or a vanished client never stops it half way."""
-        return await self.runs.outcome(run, work)
+        return await self._runs.outcome(run, work)
 
-    def never_kept(self, outcome: Outcome) -> bool:
+    def _never_kept(self, outcome: Outcome) -> bool:
         """Is this an outcome that asks for the request again (-32042, input required), never recorded?"""
         return asks_again(outcome)
 
-    async def run_and_record(
+    async def _run_and_record(
         self, ctx: Context, call_next: CallNext, key: str, store_key: str, fingerprint: bytes
     ) -> tuple[Outcome, bool]:
         """Run the tool and complete its record in one unit of work: (the outcome, recorded or fenced)."""
         # The tool's own writes to the store join this unit of work, so the charge
         # and the completed record commit together or not at all.
-        async with self.store.transaction() as tx:
+        async with self._store.transaction() as tx:
             forwarded = _downstream_key.set(rules.downstream_key(store_key, fingerprint))
             try:
                 outcome = await outcome_of(ctx, call_next, key)
@@ -436,7 +462,7 @@ class Idempotency(Extension):
                 # The store failed under the tool (the SDK made that an isError
                 # result): that is no outcome of the tool's, and nothing is recorded.
                 raise StoreUnavailable(f"the unit of work failed: {tx.failure}") from tx.failure
-            if self.never_kept(outcome):
+            if self._never_kept(outcome):
                 raise AsksAgain(outcome)  # rolls the unit of work back; the keyed run gives the key back
             outcome, text = recorded_as(acknowledged(outcome, key), key, rules.declared(ctx.params or {}))
             # Sent with the commit, which happens once, as the unit of work ends: the

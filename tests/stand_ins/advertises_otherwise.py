@@ -28,8 +28,8 @@ class AdvertisesOtherwise(Idempotency):
 
     misstatement: ClassVar[str]
 
-    def advertised(self, result: dict[str, Any]) -> dict[str, Any]:
-        result = super().advertised(result)
+    def _advertised(self, result: dict[str, Any]) -> dict[str, Any]:
+        result = super()._advertised(result)
         tools = result["capabilities"]["tools"]
         tools["idempotency"] = MISSTATED[self.misstatement](tools["idempotency"])
         return result

@@ -12,11 +12,11 @@ from mcp_idempotency_demo import ledger_server
 class AnswersAConflictAsAToolError(Idempotency):
     """The layer, with a conflict told as the tool's own failure."""
 
-    def answer(self, held: Held, fingerprint: bytes, key: str, ctx: Any) -> dict[str, Any]:
+    def _answer(self, held: Held, fingerprint: bytes, key: str, ctx: Any) -> dict[str, Any]:
         if held.fingerprint != fingerprint:
             told = {"type": "text", "text": f"key {key} was used with other arguments"}
             return {"resultType": "complete", "content": [told], "isError": True}
-        return super().answer(held, fingerprint, key, ctx)
+        return super()._answer(held, fingerprint, key, ctx)
 
 
 ledger_server.main(AnswersAConflictAsAToolError)

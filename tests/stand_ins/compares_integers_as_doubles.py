@@ -23,8 +23,8 @@ def as_doubles(value: Any) -> Any:
 class ComparesIntegersAsDoubles(Idempotency):
     """The layer, fingerprinting arguments whose large integers it has rounded first."""
 
-    def fingerprint(self, params: Mapping[str, Any]) -> bytes:
-        return super().fingerprint({**params, "arguments": as_doubles(params.get("arguments"))})
+    def _fingerprint(self, params: Mapping[str, Any]) -> bytes:
+        return super()._fingerprint({**params, "arguments": as_doubles(params.get("arguments"))})
 
 
 ledger_server.main(ComparesIntegersAsDoubles)

@@ -35,8 +35,8 @@ class DropsItFromEveryAnswer(Idempotency):
 class DropsItFromReplays(Idempotency):
     """The layer, its replays stripped of the acknowledgement the first answer carried."""
 
-    def replay(self, outcome: str, revision: str, declared: Mapping[str, Any]) -> dict[str, Any]:
-        return unacknowledged(super().replay(outcome, revision, declared))
+    def _replay(self, outcome: str, revision: str, declared: Mapping[str, Any]) -> dict[str, Any]:
+        return unacknowledged(super()._replay(outcome, revision, declared))
 
 
 parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0], allow_abbrev=False)

@@ -10,7 +10,7 @@ from mcp_idempotency_demo import ledger_server
 class DropsTheCapability(Idempotency):
     """The layer, with the capability left out of server/discover and initialize."""
 
-    def advertised(self, result: dict[str, Any]) -> dict[str, Any]:
+    def _advertised(self, result: dict[str, Any]) -> dict[str, Any]:
         return result
 
 

@@ -14,7 +14,7 @@ class ExaminesTheKeyOnEveryMethod(Idempotency):
 
     async def advertise(self, ctx: Any, call_next: CallNext) -> HandlerResult:
         if ctx.request_id is not None and ctx.method != "tools/call" and isinstance(ctx.params, dict):
-            self.key_of(ctx.params)  # an invalid key is refused, whatever the method
+            self._key_of(ctx.params)  # an invalid key is refused, whatever the method
         return await super().advertise(ctx, call_next)
 
 

@@ -14,8 +14,8 @@ class FingerprintedOtherwise(Idempotency):
         """The params as this stand-in's layer reads them (key and fingerprint); each stand-in overrides it."""
         raise NotImplementedError
 
-    def key_of(self, params: Mapping[str, Any]) -> str | None:
-        return super().key_of(self.seen(dict(params)))
+    def _key_of(self, params: Mapping[str, Any]) -> str | None:
+        return super()._key_of(self.seen(dict(params)))
 
-    def fingerprint(self, params: Mapping[str, Any]) -> bytes:
-        return super().fingerprint(self.seen(dict(params)))
+    def _fingerprint(self, params: Mapping[str, Any]) -> bytes:
+        return super()._fingerprint(self.seen(dict(params)))

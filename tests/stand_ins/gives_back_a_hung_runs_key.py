@@ -23,9 +23,9 @@ class GivenBackRun(KeyedRun):
 class GivesBackAHungRunsKey(Idempotency):
     """The layer, its keyed runs giving their key back at their deadline."""
 
-    def keyed_run(self, key: str, store_key: str, fingerprint: bytes, owner: str, tool: str) -> KeyedRun:
-        deadline = self.deadlines.get(tool, self.limits.deadline)
-        return GivenBackRun(self.store, key, store_key, fingerprint, owner, deadline)
+    def _keyed_run(self, key: str, store_key: str, fingerprint: bytes, owner: str, tool: str) -> KeyedRun:
+        deadline = self._deadlines.get(tool, self.limits.deadline)
+        return GivenBackRun(self._store, key, store_key, fingerprint, owner, deadline)
 
 
 ledger_server.main(GivesBackAHungRunsKey)

@@ -12,8 +12,8 @@ from mcp_idempotency_demo import ledger_server
 class KeepsTheQuestion(Idempotency):
     """The layer, recording an input-required result like any other; -32042 (2025) is still not kept."""
 
-    def never_kept(self, outcome: Outcome) -> bool:
-        return isinstance(outcome, MCPError) and super().never_kept(outcome)
+    def _never_kept(self, outcome: Outcome) -> bool:
+        return isinstance(outcome, MCPError) and super()._never_kept(outcome)
 
 
 ledger_server.main(KeepsTheQuestion)

@@ -17,9 +17,9 @@ MARKER = "(a replay of the key's first outcome)"
 class MarksItsReplays(Idempotency):
     """The layer, adding a note to every outcome it replays."""
 
-    def answer(self, held: Held, fingerprint: bytes, key: str, ctx: Any) -> dict[str, Any]:
+    def _answer(self, held: Held, fingerprint: bytes, key: str, ctx: Any) -> dict[str, Any]:
         try:
-            replayed = super().answer(held, fingerprint, key, ctx)
+            replayed = super()._answer(held, fingerprint, key, ctx)
         except MCPError as refused:
             if held.outcome is None or held.fingerprint != fingerprint:  # a rejection of ours, not a replay
                 raise

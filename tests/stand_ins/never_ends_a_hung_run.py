@@ -12,8 +12,8 @@ from mcp_idempotency_demo import ledger_server
 class NeverEndsAHungRun(Idempotency):
     """The layer, its keyed runs given no deadline at all."""
 
-    def keyed_run(self, key: str, store_key: str, fingerprint: bytes, owner: str, tool: str) -> KeyedRun:
-        return KeyedRun(self.store, key, store_key, fingerprint, owner, math.inf)
+    def _keyed_run(self, key: str, store_key: str, fingerprint: bytes, owner: str, tool: str) -> KeyedRun:
+        return KeyedRun(self._store, key, store_key, fingerprint, owner, math.inf)
 
 
 ledger_server.main(NeverEndsAHungRun)

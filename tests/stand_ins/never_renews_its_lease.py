@@ -16,8 +16,8 @@ class LapsingRun(KeyedRun):
 class NeverRenewsItsLease(Idempotency):
     """The layer, its claims left to lapse while their tools still run."""
 
-    def keyed_run(self, key: str, store_key: str, fingerprint: bytes, owner: str, tool: str) -> KeyedRun:
-        return LapsingRun(self.store, key, store_key, fingerprint, owner, self.limits.deadline)
+    def _keyed_run(self, key: str, store_key: str, fingerprint: bytes, owner: str, tool: str) -> KeyedRun:
+        return LapsingRun(self._store, key, store_key, fingerprint, owner, self.limits.deadline)
 
 
 ledger_server.main(NeverRenewsItsLease)

@@ -18,11 +18,11 @@ def plain_ascii(key: str) -> bool:
 class RefusesKeysThatAreNotPlainAscii(Idempotency):
     """The layer, with a format imposed on keys before they are read."""
 
-    def key_of(self, params: Mapping[str, Any]) -> str | None:
+    def _key_of(self, params: Mapping[str, Any]) -> str | None:
         key = params.get("idempotencyKey")
         if isinstance(key, str) and not plain_ascii(key):
             raise rejection(INVALID_KEY, None, "a key is printable ASCII")
-        return super().key_of(params)
+        return super()._key_of(params)
 
 
 ledger_server.main(RefusesKeysThatAreNotPlainAscii)

@@ -11,8 +11,8 @@ from mcp_idempotency_demo import ledger_server
 class ReplaysAConflict(Idempotency):
     """The layer, treating any record as the same request: the fingerprint is never compared."""
 
-    def answer(self, held: Held, fingerprint: bytes, key: str, ctx: Any) -> dict[str, Any]:
-        return super().answer(held, held.fingerprint, key, ctx)
+    def _answer(self, held: Held, fingerprint: bytes, key: str, ctx: Any) -> dict[str, Any]:
+        return super()._answer(held, held.fingerprint, key, ctx)
 
 
 ledger_server.main(ReplaysAConflict)

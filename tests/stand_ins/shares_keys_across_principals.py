@@ -11,7 +11,7 @@ from mcp_idempotency_demo import ledger_server
 class SharesKeysAcrossPrincipals(Idempotency):
     """The layer, with the key as the client sent it: whose it is is never asked."""
 
-    def store_key(self, principal: tuple[str, ...], key: str) -> str:
+    def _store_key(self, principal: tuple[str, ...], key: str) -> str:
         return key
 
 

@@ -12,7 +12,7 @@ class StopsItsRunWhenTheStreamCloses(Idempotency):
     """The layer, running each keyed call in its caller's own task, which any cancel reaches (its lease
     renewed as any run's)."""
 
-    async def run_once(self, run: KeyedRun, work: Work) -> Outcome:
+    async def _run_once(self, run: KeyedRun, work: Work) -> Outcome:
         return await self.runs.run(run, work)
 
 

@@ -11,10 +11,10 @@ from mcp_idempotency_demo import ledger_server
 class TakesANullKeyAsAKey(Idempotency):
     """The layer, with a null key spelled out as a string before it is read."""
 
-    def key_of(self, params: Mapping[str, Any]) -> str | None:
+    def _key_of(self, params: Mapping[str, Any]) -> str | None:
         if "idempotencyKey" in params and params["idempotencyKey"] is None:
             params = {**params, "idempotencyKey": "null"}
-        return super().key_of(params)
+        return super()._key_of(params)
 
 
 ledger_server.main(TakesANullKeyAsAKey)
