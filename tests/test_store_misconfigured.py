@@ -18,6 +18,7 @@ from mcp_idempotency.stores import Limits, Misconfigured, open_store
 pytestmark = [pytest.mark.anyio, pytest.mark.targets("2x-stdio", "2x-http")]
 
 SERVER = Path(__file__).resolve().parent / "unit_of_work_server.py"
+SHOP = Path(__file__).resolve().parent.parent / "idempotency" / "examples" / "shop.py"
 NOT_AGAIN = "CREATE TABLE notes (text TEXT NOT NULL)"  # fine on an empty store, fatal on the next start
 
 
@@ -101,3 +102,21 @@ def test_a_server_on_the_library_logs_the_one_line_before_it_stops(tmp_path):
         f"idempotency: cannot open the store {url}: "
         f"there is no folder {tmp_path}/missing for the SQLite file: create it, or point the store elsewhere"
     )
+
+
+def test_a_server_that_checks_before_serving_ends_in_the_one_line_alone(tmp_path):
+    """keys.check() in the server's main, as the package README shows (examples/shop.py): the one line, and
+    no traceback of the SDK's after it."""
+    url = f"sqlite:{tmp_path}/missing/store.db"
+    refused = subprocess.run(
+        [sdk2_python(), str(SHOP), "--store", url],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f"cannot open the store {url}: "
+        f"there is no folder {tmp_path}/missing for the SQLite file: create it, or point the store elsewhere"
+    ]
