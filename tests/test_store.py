@@ -109,6 +109,25 @@ async def test_a_completion_for_another_request_under_the_key_is_fenced_off(open
     assert await ledger(store) == {"balance": 0, "charges": 0}
 
 
+# Texts a literal could be broken by: quotes, backslashes, PostgreSQL's dollar quotes and the tag the store
+# quotes with (alone, and cut where the literal's end would join it), beside characters outside ASCII.
+AWKWARD = "it's \\ \" $$ $idempotency$ $idempotency_$ \u00e9\u4e2d\U0001f600 $idempotency"
+
+
+async def test_an_outcome_and_a_key_holding_any_text_are_recorded_and_replayed_as_they_were(opened):
+    """The completion sent with the commit carries its values in the statement's text on PostgreSQL: whatever
+    they hold, a retry reads back the outcome that was recorded, under the key that was sent."""
+    store = opened.store
+    key = f"k {AWKWARD}"
+    await store.claim(key, FINGERPRINT, ALICE)
+    async with store.transaction() as tx:
+        await the_ledger.charge(tx, 100)
+        tx.complete(key, FINGERPRINT, AWKWARD)
+    assert tx.completed
+    assert await store.claim(key, FINGERPRINT, ALICE) == Held(FINGERPRINT, AWKWARD)
+    assert await ledger(store) == {"balance": 100, "charges": 1}
+
+
 async def test_a_released_claim_lets_the_same_key_run_again_and_only_its_owner_may_release_it(opened):
     """P6': -32042 asks the client to send the request again: its claim is given back, not recorded."""
     store = opened.store

@@ -30,7 +30,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import anyio
 import asyncpg
 
-from ..errors import ServerMisconfigured
 from ..rules import principal_of
 from . import (
     SCHEMA_VERSION,
@@ -100,11 +99,19 @@ UPGRADED_TO_3 = [
 ]
 
 # The first completion of a running key for this request wins; any other is fenced off.
-COMPLETE = """
+COMPLETION = """
 UPDATE idempotency_records
-SET status = 'completed', outcome = $3, deadline = clock_timestamp() + make_interval(secs => $4), owner = NULL
-WHERE key = $1 AND status = 'running' AND fingerprint = $2
+SET status = 'completed', outcome = {outcome}, deadline = clock_timestamp() + make_interval(secs => {retention}),
+    owner = NULL
+WHERE key = {key} AND status = 'running' AND fingerprint = {fingerprint}
 """
+COMPLETE = COMPLETION.format(key="$1", fingerprint="$2", outcome="$3", retention="$4")
+
+# The completion sent with the COMMIT of the unit of work it ends, in one trip: one query
+# string of two statements, so no parameters, each value a literal (`literal`). A completion
+# that finds its key no longer running divides by zero, which aborts the transaction, so the
+# COMMIT after it never runs: the run was fenced off, and nothing of it is kept.
+COMPLETE_AND_COMMIT = "WITH completed AS ({completion} RETURNING 1) SELECT 1 / count(*)::int FROM completed; COMMIT"
 
 # A tool's lock (Transaction.lock): a number of its name, held to the end of the unit of work.
 LOCK = "SELECT pg_advisory_xact_lock(hashtext($1))"
@@ -128,6 +135,15 @@ SAT_IDLE = (
     "({seconds:g} s), and the server ended its session ({error}); do slow work (a payment, a mail) before the "
     "unit of work's first statement"
 )
+
+
+def literal(text: str) -> str:
+    """`text` as a PostgreSQL literal that reads back as it is, whatever it holds and however the server
+    treats backslashes: dollar-quoted, under a tag the text does not contain (so neither can its end)."""
+    tag = "idempotency"
+    while tag in text:
+        tag += "_"
+    return f"${tag}${text}${tag}$"
 
 
 def failed(error: Exception) -> StoreUnavailable:
@@ -228,7 +244,7 @@ async def check_database_settings(db: Any, limits: Limits) -> None:
     if found != wanted:
         database = await db.fetchval("SELECT current_database()")
         fix = "; ".join(f"ALTER DATABASE {database} SET {name} = '{value}'" for name, value in wanted.items())
-        raise ServerMisconfigured(
+        raise Misconfigured(
             f"behind a pooler the store needs these settings on the database: {fix}; "
             "then make the pooler open new connections (pgbouncer: RECONNECT)"
         )
@@ -325,6 +341,8 @@ async def connected(url: str, limits: Limits, session: dict[str, Any]) -> Any:
         raise Misconfigured(f"{error}: create it (createdb), or name another in the URL") from None
     except asyncpg.InvalidAuthorizationSpecificationError as error:
         raise Misconfigured(f"{error}: create the role, or name another user and password in the URL") from None
+    except asyncpg.ProtocolViolationError as error:  # pgbouncer refusing the session's settings as it starts
+        raise Misconfigured(f"{error}: behind a transaction-mode pooler, add ?pooler=transaction to the URL") from None
     except (OSError, TimeoutError) as error:
         where = f"{urlsplit(url).hostname or 'localhost'}:{urlsplit(url).port or 5432}"
         raise Misconfigured(f"no PostgreSQL answers at {where} ({error}): start it, or name another host") from None
@@ -391,27 +409,42 @@ class PostgresTransaction(Transaction):
             await self.let_go("COMMIT")
             return False
         key, fingerprint, outcome = completion
-        arguments = (key, fingerprint, outcome, self.store.limits.retention)
+        retention = self.store.limits.retention
+        if not self.begun:  # no statement of the tool's: the completion alone, in a transaction of its own
+            async with self.store.connection() as db:
+                status = await db.execute(COMPLETE, key, fingerprint, outcome, retention)
+            return bool(status == "UPDATE 1")
+        completion_sent = COMPLETION.format(
+            key=literal(key),
+            fingerprint=f"decode('{fingerprint.hex()}', 'hex')",
+            outcome=literal(outcome),
+            retention=float(retention),
+        )
+        ending = COMPLETE_AND_COMMIT.format(completion=completion_sent)
         try:
-            status = await self.send(not self.begun, [], lambda db: db.execute(COMPLETE, *arguments))
+            await self.send(False, [], lambda db: db.execute(ending))
+        except asyncpg.DivisionByZeroError:  # fenced off: the COMMIT never ran
+            await self.let_go("ROLLBACK")
+            return False
         except BaseException:
             await self.let_go("ROLLBACK")
             raise
-        applied: bool = status == "UPDATE 1"
-        await self.let_go("COMMIT" if applied else "ROLLBACK")  # fenced off: nothing of it is kept
-        return applied
+        await self.let_go(None)
+        return True
 
     async def abandon(self) -> None:
         await self.let_go("ROLLBACK")
 
-    async def let_go(self, statement: str) -> None:
-        """COMMIT or ROLLBACK; whatever happens, the connection goes back to the pool."""
+    async def let_go(self, statement: str | None) -> None:
+        """COMMIT or ROLLBACK (None: the unit of work has ended already); whatever happens, the connection goes
+        back to the pool."""
         if self.db is None:
             return
         db, self.db, self.begun = self.db, None, False
         self.store.open_units.discard(self)
         try:
-            await db.execute(statement)
+            if statement is not None:
+                await db.execute(statement)
         finally:
             await self.store.pool.release(db)
 
