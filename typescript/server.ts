@@ -5,7 +5,7 @@
 //
 //   node typescript/dist/server.js [--transport stdio|http] [--host 127.0.0.1] [--port 8000] [--retention S]
 //                                  [--max-records N] [--charge-delay S] [--placement params|meta]
-//                                  [--store memory|postgresql://...] [--lease S] [--max-records-per-principal N]
+//                                  [--store memory|sqlite:PATH|postgresql://...] [--lease S] [--max-records-per-principal N]
 //                                  [--deadline S]
 //                                  [--allow-unauthenticated] [--verbose]
 //
@@ -43,7 +43,7 @@ interface Settings {
   maxRecords: number;
   chargeDelay: number; // seconds
   placement: Placement;
-  store: string; // memory, or postgresql://... shared with other instances in either language
+  store: string; // memory, or sqlite:PATH or postgresql://... shared with other instances in either language
   lease: number; // seconds a dead holder keeps its key on a shared store
   deadline: number; // seconds a keyed run may take before it is stopped and that recorded
   share: number; // one principal's live records at most

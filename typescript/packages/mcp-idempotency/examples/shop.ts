@@ -1,6 +1,6 @@
 // A shop written from the package README alone: a payment kept in the store, and a receipt e-mailed elsewhere.
 //
-//   node dist-examples/shop.js --store postgresql://... [--outbox PATH] [--delay S] [--retention S] [--lease S]
+//   node dist-examples/shop.js --store sqlite:PATH|postgresql://... [--outbox PATH] [--delay S] [--retention S] [--lease S]
 //                              [--max-records N] [--deadline S]
 //
 // `pay` writes its effect in the store, in the layer's unit of work: the payment and the record of the call

@@ -87,7 +87,7 @@ export class Idempotency {
     this.renewals.unref();
   }
 
-  /** The layer over the store `options.store` names: memory or postgresql://... */
+  /** The layer over the store `options.store` names: memory, sqlite:PATH or postgresql://... */
   static async open(options: IdempotencyOptions = {}): Promise<Idempotency> {
     return new Idempotency(await openStore(options), options);
   }

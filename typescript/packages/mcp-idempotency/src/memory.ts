@@ -1,5 +1,5 @@
 // The memory store: this process's records; a retry that lands on another instance, or after a
-// restart, finds nothing. A tool's writes need a SQL store (PostgreSQL): here a unit of work
+// restart, finds nothing. A tool's writes need a SQL store (SQLite, PostgreSQL): here a unit of work
 // carries only the record's completion.
 
 import { type Claim, type Limits, type Row, type Store, type Transaction, mayTake, newOwner, same } from "./stores.js";
@@ -13,7 +13,7 @@ interface MemoryRecord {
   outcome: string | null;
 }
 
-export const NO_SQL = "the memory store runs no SQL: a tool that writes in the store needs a postgresql:// store";
+export const NO_SQL = "the memory store runs no SQL: a tool that writes in the store needs a sqlite:PATH or postgresql:// store";
 
 export class MemoryStore implements Store {
   readonly records = new Map<string, MemoryRecord>();

@@ -2,11 +2,12 @@
 
 import { MemoryStore } from "./memory.js";
 import { PostgresStore } from "./postgres.js";
+import { SQLiteStore } from "./sqlite.js";
 import * as rules from "./rules.js";
 import type { Limits, Store } from "./stores.js";
 
 export interface StoreOptions {
-  /** memory, or postgresql://USER@HOST/DATABASE. Default: memory. */
+  /** memory, sqlite:PATH, or postgresql://USER@HOST/DATABASE. Default: memory. */
   store?: string;
   /** Seconds a completed record is replayed. */
   retention?: number;
@@ -39,6 +40,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
   const url = options.store ?? "memory";
   const limits = limitsOf(options);
   if (url === "memory") return new MemoryStore(limits);
+  if (url.startsWith("sqlite:") && url.length > "sqlite:".length) return SQLiteStore.open(url.slice("sqlite:".length), limits, options.tables);
   if (url.startsWith("postgresql://") || url.startsWith("postgres://")) return PostgresStore.open(url, limits, options.tables);
-  throw new Error(`unknown store ${JSON.stringify(url)}: use memory or postgresql://USER@HOST/DATABASE`);
+  throw new Error(`unknown store ${JSON.stringify(url)}: use memory, sqlite:PATH or postgresql://USER@HOST/DATABASE`);
 }

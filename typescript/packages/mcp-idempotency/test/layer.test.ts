@@ -149,7 +149,7 @@ describe("the bounds", () => {
   });
   it("refuse a limit that voids a guarantee, at construction, naming it", async () => {
     await expect(Idempotency.open({ lease: 0 })).rejects.toThrow("lease must be a number above zero");
-    await expect(Idempotency.open({ store: "mysql://x" })).rejects.toThrow("use memory or postgresql://");
+    await expect(Idempotency.open({ store: "mysql://x" })).rejects.toThrow("use memory, sqlite:PATH or postgresql://");
   });
 });
 

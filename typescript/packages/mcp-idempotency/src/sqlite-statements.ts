@@ -1,0 +1,125 @@
+// The Python library's SQLite statements (stores/sqlite.py), as it spells them; a tool's statements on a connection,
+// and which errors are the store's own, as stores/sql.py has them. test/sqlite.test.ts reads both files and holds the
+// statements and the store's failures equal to them.
+
+import type Database from "libsql";
+import type { Row } from "./stores.js";
+
+export type Db = Database.Database;
+
+export const SCHEMA_VERSION = 3;
+export const PRINCIPAL = "principal TEXT NOT NULL DEFAULT ''";
+export const SHARE_INDEX = "CREATE INDEX idempotency_records_share ON idempotency_records (principal, deadline)";
+// The records and their count: schema version 3 (PRAGMA user_version).
+export const SCHEMA = `
+CREATE TABLE idempotency_records (
+    key          TEXT PRIMARY KEY,
+    ${PRINCIPAL},
+    fingerprint  BLOB NOT NULL,
+    status       TEXT NOT NULL CHECK (status IN ('running', 'completed')),
+    deadline     REAL NOT NULL,  -- running: when a retry may take over; completed: when it expires
+    owner        TEXT,           -- running: the claim's token, so only it gives the key back
+    outcome      TEXT,           -- completed: what is replayed
+    CHECK ((status = 'completed') = (outcome IS NOT NULL))
+);
+CREATE INDEX idempotency_records_expiry ON idempotency_records (deadline) WHERE status = 'completed';
+${SHARE_INDEX};
+-- How many records there are, kept in step by every claim and purge, so that
+-- no claim has to count the table (a count is a walk of every key).
+CREATE TABLE idempotency_record_count (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    n   INTEGER NOT NULL
+);
+INSERT INTO idempotency_record_count VALUES (1, 0);
+PRAGMA user_version = ${SCHEMA_VERSION};
+`;
+// The record that holds a key, read with no lock, and whether its deadline has passed.
+export const HOLDER = "SELECT fingerprint, status, outcome, deadline <= :now FROM idempotency_records WHERE key = :key";
+// The claim, under the write lock: a new key is inserted; an existing row is taken only where mayTake says so (its
+// WHERE clause is that rule in SQL). It returns a row exactly when this call now holds the key.
+export const CLAIM = `
+INSERT INTO idempotency_records (key, principal, fingerprint, status, deadline, owner)
+VALUES (:key, :principal, :fingerprint, 'running', :now + :lease, :owner)
+ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, status = 'running', deadline = excluded.deadline,
+                                owner = excluded.owner, outcome = NULL
+WHERE idempotency_records.deadline <= :now
+  AND (idempotency_records.status = 'completed' OR idempotency_records.fingerprint = excluded.fingerprint)
+RETURNING owner
+`;
+export const COUNT = "SELECT n FROM idempotency_record_count";
+export const COUNTED = "UPDATE idempotency_record_count SET n = n + ?";
+export const RUNNING = "SELECT fingerprint FROM idempotency_records WHERE key = ? AND status = 'running'";
+export const IS_NEW = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)";
+// Once this claim holds the key, does the principal hold more than its share of live records? A walk of the share
+// index alone, which stops one past the share.
+export const SHARE_EXCEEDED = `
+SELECT count(*) > :share FROM (
+    SELECT 1 FROM idempotency_records WHERE principal = :principal AND deadline > :now LIMIT :share + 1)
+`;
+// A purge runs only when the bound is reached, oldest first, a batch at a time.
+export const PURGE = `
+DELETE FROM idempotency_records WHERE key IN (
+    SELECT key FROM idempotency_records WHERE status = 'completed' AND deadline <= ? ORDER BY deadline LIMIT 1000)
+`;
+// Only the claim's holder gives it back, or moves its lease on.
+export const RELEASE = "DELETE FROM idempotency_records WHERE key = ? AND status = 'running' AND owner = ?";
+export const RENEW = "UPDATE idempotency_records SET deadline = ? WHERE key = ? AND status = 'running' AND owner = ?";
+// The first completion of a running key for this request wins; any other is fenced off.
+export const COMPLETE = `
+UPDATE idempotency_records SET status = 'completed', outcome = :outcome, deadline = :now + :retention, owner = NULL
+WHERE key = :key AND status = 'running' AND fingerprint = :fingerprint
+`;
+
+// The store's own failures, by SQLite's primary result code, as sql.py's STORE_FAILURES: busy, locked, out of memory,
+// read-only, interrupted, an I/O error, corrupt, full, not openable, locking protocol, not a database. Every other
+// error (a syntax error, no such table, a constraint broken) comes from the tool's own statement, and is the tool's.
+export const STORE_FAILURES = [5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 26];
+
+/** SQLite's primary result code of a driver error; undefined for any other error (a bad argument, ours). */
+export function codeOf(error: unknown): number | undefined {
+  const raw = (error as { rawCode?: unknown } | null)?.rawCode;
+  return typeof raw === "number" ? raw & 0xff : undefined;
+}
+
+/** Is `error` a failure of the store rather than of the tool's own statement? */
+export function storeFailure(error: unknown): boolean {
+  const code = codeOf(error);
+  return code !== undefined && STORE_FAILURES.includes(code);
+}
+
+/** One row of a query, as an array. */
+export function row(db: Db, sql: string, args: unknown): unknown[] | undefined {
+  return db.prepare(sql).raw().get(args) as unknown[] | undefined;
+}
+
+// A tool writes $1, $2... (PostgreSQL's placeholders) on every store; SQLite reads the same positions as ?1, ?2...
+
+/** A tool's statement with SQLite's numbered placeholders (?1, ?2...) for its $1, $2..., as sql.py rewrites it. */
+export function sqliteText(sql: string): string {
+  return sql.replace(/\$(\d+)/g, "?$1");
+}
+
+/** A tool's arguments as SQLite binds them: a boolean as 1 or 0, as Python's sqlite3 binds it (the driver
+ * would abort the process on one). */
+function bound(args: unknown[]): unknown[] {
+  return args.map((arg) => (typeof arg === "boolean" ? Number(arg) : arg));
+}
+
+/** Run a tool's statement; how many rows an INSERT, UPDATE or DELETE changed (else 0), as PostgreSQL says. */
+export function changedRows(db: Db, sql: string, args: unknown[]): number {
+  const statement = db.prepare(sqliteText(sql));
+  const before = row(db, "SELECT total_changes()", [])![0];
+  if (statement.reader) statement.raw().all(bound(args)); // an UPDATE ... RETURNING counts its rows as they are read
+  else statement.run(bound(args));
+  return row(db, "SELECT total_changes()", [])![0] === before ? 0 : Number(row(db, "SELECT changes()", [])![0]);
+}
+
+/** Run a tool's query; its rows, as arrays. */
+export function rowsOf(db: Db, sql: string, args: unknown[]): Row[] {
+  const statement = db.prepare(sqliteText(sql));
+  if (!statement.reader) {
+    statement.run(bound(args));
+    return [];
+  }
+  return statement.raw().all(bound(args)) as Row[];
+}
