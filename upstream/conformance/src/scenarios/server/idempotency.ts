@@ -348,19 +348,31 @@ export class IdempotencyScenario implements ClientScenario {
 **Server Implementation Requirements:**
 
 - Advertise \`${IDEMPOTENCY_EXTENSION_ID}\` under \`capabilities.extensions\` as an
-  object (\`{}\` declares support with no setting stated); \`maxKeyLength\` and
-  \`retentionSeconds\`, where present, are positive integers.
+  object (\`{}\` declares support with no setting stated); \`maxKeyLength\`,
+  \`retentionSeconds\`, \`deadlineSeconds\` and \`leaseSeconds\`, where present, are
+  positive integers. The last three SHOULD be stated (a WARNING when one is not).
 - A \`tools/call\` whose \`_meta["${IDEMPOTENCY_KEY_META}"]\` is a key already used with
-  equivalent arguments, and finished, MUST get the recorded outcome; the tool runs once.
+  equivalent arguments, and finished, MUST get the recorded outcome, as recorded even
+  after the state it reports changed; the tool runs once. This holds for every tool,
+  the read-only count included.
 - The key with other arguments MUST be rejected: -32602, \`data.type\`
   \`"idempotency_key_conflict"\`, \`data.retryable\` false; the tool does not run.
+  Integers compare exactly: 2^53 after 2^53 + 1 is other arguments, unless the server
+  refused the first with -32602.
 - A repeat while the first call runs MUST be rejected at once: -32602, \`data.type\`
   \`"idempotency_key_in_progress"\`, \`data.retryable\` true; the tool runs once.
+- A rejection leaves the record as it was: the first request sent again still gets its
+  outcome.
+- Every outcome is recorded, a failure's too: after a keyed call whose arguments the
+  schema refuses, or one to an unknown tool, the key with a valid charge is a conflict.
+- Every result of a keyed call carries \`_meta["${IDEMPOTENCY_EXTENSION_ID}"]\`
+  \`{"idempotencyKey": <key>}\`, and a replay carries it as the first answer did.
 - A key that is not a string of 1 to \`maxKeyLength\` (255 when not stated) characters
   MUST be rejected before the tool runs: -32602, \`data.type\`
   \`"invalid_idempotency_key"\`, \`data.retryable\` false, the value not echoed.
 - Every rejection but an invalid key's carries the key in \`data.idempotencyKey\`.
-- A call without a key, or with a \`null\` key, runs every time.
+- A call without a key, or with a \`null\` key, runs every time; so does one whose key's
+  name is a member of \`arguments\`, and another method's \`_meta\` holds no key.
 
 A server implementing the extension under its own vendor prefix is run with
 \`MCP_CONFORMANCE_IDEMPOTENCY_PREFIX=<prefix>\` (the ids become \`<prefix>/idempotency\`
@@ -368,9 +380,12 @@ and \`<prefix>/idempotencyKey\`).
 
 **Required server fixtures (\`tools/list\` MUST include both):**
 - \`${CHARGE_TOOL}\` — arguments \`{ amount: integer > 0, seconds: number }\`; waits
-  \`seconds\`, then counts one charge; honours the key.
-- \`${COUNT_TOOL}\` — no arguments; answers the number of charges run, as
-  \`structuredContent.charges\` or as its first text.`;
+  \`seconds\`, then counts one charge; honours the key; answers \`isError\` for arguments
+  its schema refuses (an \`amount\` that is not an integer) and ignores arguments it does
+  not name; takes an \`amount\` past 2^53.
+- \`${COUNT_TOOL}\` — no arguments, annotated \`readOnlyHint\`; answers the number of
+  charges run, as \`structuredContent.charges\` or as its first text; honours the key.
+- No tool named \`${UNKNOWN_TOOL}\`.`;
 
   async run(ctx: RunContext): Promise<ConformanceCheck[]> {
     const conn = await ctx.connect();
