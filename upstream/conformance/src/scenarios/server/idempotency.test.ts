@@ -10,12 +10,15 @@ function startServer(scriptPath: string, port: number): Promise<ChildProcess> {
     const proc = spawn('npx', ['tsx', scriptPath], {
       env: { ...process.env, PORT: port.toString() },
       stdio: ['ignore', 'pipe', 'pipe'],
-      shell: isWindows
+      shell: isWindows,
+      // Its own process group: npx starts tsx, which starts the server, and
+      // signalling npx alone would leave those two running.
+      detached: !isWindows
     });
     let stderr = '';
     proc.stderr?.on('data', (d) => (stderr += d.toString()));
     const timeout = setTimeout(() => {
-      proc.kill('SIGKILL');
+      signalServer(proc, 'SIGKILL');
       reject(
         new Error(`Server ${scriptPath} failed to start within 30s: ${stderr}`)
       );
@@ -33,18 +36,32 @@ function startServer(scriptPath: string, port: number): Promise<ChildProcess> {
   });
 }
 
+/** Signal the server's whole process group (npx, tsx and the server), or npx alone on Windows. */
+function signalServer(proc: ChildProcess, signal: NodeJS.Signals): void {
+  if (process.platform !== 'win32' && proc.pid) {
+    try {
+      process.kill(-proc.pid, signal);
+      return;
+    } catch {
+      // the group is gone; fall through to the process itself
+    }
+  }
+  proc.kill(signal);
+}
+
 function stopServer(proc: ChildProcess | null): Promise<void> {
   return new Promise((resolve) => {
-    if (!proc || proc.killed) return resolve();
+    if (!proc || proc.exitCode !== null || proc.signalCode !== null)
+      return resolve();
     const t = setTimeout(() => {
-      proc.kill('SIGKILL');
+      signalServer(proc, 'SIGKILL');
       resolve();
     }, 5000);
     proc.once('exit', () => {
       clearTimeout(t);
       resolve();
     });
-    proc.kill('SIGTERM');
+    signalServer(proc, 'SIGTERM');
   });
 }
 
