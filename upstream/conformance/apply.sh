@@ -6,7 +6,8 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 target=${1:?usage: apply.sh CONFORMANCE_CHECKOUT}
-cp "$here/src/scenarios/server/idempotency.ts" "$here/src/scenarios/server/idempotency.test.ts" \
+cp "$here/src/scenarios/server/idempotency.ts" "$here/src/scenarios/server/idempotency-helpers.ts" \
+    "$here/src/scenarios/server/idempotency-checks.ts" "$here/src/scenarios/server/idempotency.test.ts" \
     "$target/src/scenarios/server/"
 cp "$here/src/seps/sep-3182.yaml" "$target/src/seps/"
 cp "$here/examples/servers/typescript/idempotency-fixture.ts" \

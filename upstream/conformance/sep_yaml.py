@@ -29,15 +29,24 @@ CHECKS = (
     ),
     (
         "sep-3182-conflict-rejected",
-        r"conflict|not equivalent|carry `data\.type` and `data\.retryable`|carry the key in `data\.idempotencyKey`",
+        r"conflict|not equivalent|carry `data\.type` and `data\.retryable`|carry the key in `data\.idempotencyKey`"
+        r"|record its own rejections",
     ),
-    ("sep-3182-invalid-key-rejected", r"(reject|refuse) any other value|echo the value"),
+    ("sep-3182-invalid-key-rejected", r"(reject|refuse) any other value|echo (the|an invalid) value"),
+    ("sep-3182-key-elsewhere-ignored", r"named like the key"),
+    ("sep-3182-integers-compared-exactly", r"integers MUST compare exactly|cannot hold an integer"),
+    ("sep-3182-read-only-tool-deduplicated", r"whatever its annotations"),
+    ("sep-3182-failed-outcome-recorded", r"record the outcome the call produced"),
+    ("sep-3182-result-acknowledged", r"identifier that names the key|acknowledgement is recorded with the result"),
 )
 LATER_CHECKS = (
-    ("sep-3182-capability-advertised", r"\bdeclare|\badvertise"),
+    (
+        "sep-3182-capability-advertised",
+        r"\bdeclare|\badvertise|setting MUST be a positive integer|SHOULD state `retentionSeconds`",
+    ),
     (
         "sep-3182-repeat-replays-outcome",
-        r"answer with the recorded outcome|previously produced|recogni[sz]es as a repeat",
+        r"answer with the recorded outcome|previously produced|recogni[sz]es as a repeat|outcome as it was recorded",
     ),
 )
 

@@ -5,9 +5,9 @@
  *
  * Speaks the stateless wire protocol (SEP-2575) and declares the
  * io.modelcontextprotocol/idempotency extension, but never reads the key:
- * every tools/call runs the charge. The idempotency scenario should emit
- * FAILURE for the replay, conflict, in-progress and invalid-key checks, and
- * SUCCESS for the capability and the unkeyed calls.
+ * every tools/call runs (any name but the count's charges). The idempotency
+ * scenario should emit FAILURE for every check of a keyed call, and SUCCESS
+ * for the capability, the unkeyed calls and the key's name elsewhere.
  */
 
 import express from 'express';
@@ -37,7 +37,9 @@ app.post('/mcp', async (req, res) => {
           extensions: {
             'io.modelcontextprotocol/idempotency': {
               maxKeyLength: 255,
-              retentionSeconds: 3600
+              retentionSeconds: 3600,
+              deadlineSeconds: 60,
+              leaseSeconds: 30
             }
           }
         },

@@ -10,12 +10,15 @@ function startServer(scriptPath: string, port: number): Promise<ChildProcess> {
     const proc = spawn('npx', ['tsx', scriptPath], {
       env: { ...process.env, PORT: port.toString() },
       stdio: ['ignore', 'pipe', 'pipe'],
-      shell: isWindows
+      shell: isWindows,
+      // Its own process group: npx starts tsx, which starts the server, and
+      // signalling npx alone would leave those two running.
+      detached: !isWindows
     });
     let stderr = '';
     proc.stderr?.on('data', (d) => (stderr += d.toString()));
     const timeout = setTimeout(() => {
-      proc.kill('SIGKILL');
+      signalServer(proc, 'SIGKILL');
       reject(
         new Error(`Server ${scriptPath} failed to start within 30s: ${stderr}`)
       );
@@ -33,26 +36,51 @@ function startServer(scriptPath: string, port: number): Promise<ChildProcess> {
   });
 }
 
+/** Signal the server's whole process group (npx, tsx and the server), or npx alone on Windows. */
+function signalServer(proc: ChildProcess, signal: NodeJS.Signals): void {
+  if (process.platform !== 'win32' && proc.pid) {
+    try {
+      process.kill(-proc.pid, signal);
+      return;
+    } catch {
+      // the group is gone; fall through to the process itself
+    }
+  }
+  proc.kill(signal);
+}
+
 function stopServer(proc: ChildProcess | null): Promise<void> {
   return new Promise((resolve) => {
-    if (!proc || proc.killed) return resolve();
+    if (!proc || proc.exitCode !== null || proc.signalCode !== null)
+      return resolve();
     const t = setTimeout(() => {
-      proc.kill('SIGKILL');
+      signalServer(proc, 'SIGKILL');
       resolve();
     }, 5000);
     proc.once('exit', () => {
       clearTimeout(t);
       resolve();
     });
-    proc.kill('SIGTERM');
+    signalServer(proc, 'SIGTERM');
   });
 }
 
-const BEHAVIOUR = [
+/** The checks of a keyed call: a server that ignores the key fails each. */
+const KEYED = [
   'sep-3182-repeat-replays-outcome',
   'sep-3182-conflict-rejected',
   'sep-3182-in-progress-rejected',
-  'sep-3182-invalid-key-rejected'
+  'sep-3182-invalid-key-rejected',
+  'sep-3182-integers-compared-exactly',
+  'sep-3182-read-only-tool-deduplicated',
+  'sep-3182-failed-outcome-recorded',
+  'sep-3182-result-acknowledged'
+];
+/** The checks a server that ignores every key passes, as it should. */
+const UNKEYED = [
+  'sep-3182-capability-advertised',
+  'sep-3182-no-key-runs-every-time',
+  'sep-3182-key-elsewhere-ignored'
 ];
 
 async function runAgainst(port: number) {
@@ -83,14 +111,9 @@ describe('idempotency (SEP-3182)', () => {
 
     it('passes every check', async () => {
       const statuses = await runAgainst(PORT);
-      expect(Object.fromEntries(statuses)).toEqual({
-        'sep-3182-capability-advertised': 'SUCCESS',
-        'sep-3182-repeat-replays-outcome': 'SUCCESS',
-        'sep-3182-conflict-rejected': 'SUCCESS',
-        'sep-3182-in-progress-rejected': 'SUCCESS',
-        'sep-3182-invalid-key-rejected': 'SUCCESS',
-        'sep-3182-no-key-runs-every-time': 'SUCCESS'
-      });
+      expect(Object.fromEntries(statuses)).toEqual(
+        Object.fromEntries([...UNKEYED, ...KEYED].map((id) => [id, 'SUCCESS']))
+      );
     }, 20000);
   });
 
@@ -114,9 +137,8 @@ describe('idempotency (SEP-3182)', () => {
 
     it('emits FAILURE for every keyed check, and passes the rest', async () => {
       const statuses = await runAgainst(PORT);
-      for (const id of BEHAVIOUR) expect(statuses.get(id)).toBe('FAILURE');
-      expect(statuses.get('sep-3182-capability-advertised')).toBe('SUCCESS');
-      expect(statuses.get('sep-3182-no-key-runs-every-time')).toBe('SUCCESS');
+      for (const id of KEYED) expect(statuses.get(id)).toBe('FAILURE');
+      for (const id of UNKEYED) expect(statuses.get(id)).toBe('SUCCESS');
     }, 20000);
   });
 });

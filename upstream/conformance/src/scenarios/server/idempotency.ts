@@ -9,213 +9,65 @@
  *
  * The checks count a side effect, so the server under test exposes two
  * fixture tools: a charge whose every execution is counted, and a read of
- * that count.
+ * that count (annotated read-only, which changes nothing: a keyed call to it
+ * is deduplicated all the same).
  *
  * Not covered here: keys scoped per principal (a server scenario connects
  * with no credential, so it cannot speak as two principals), nor the window,
  * the store's bound or several instances, which need a server started
  * differently.
+ *
+ * This file holds the scenario: the capability check, and the paths of a
+ * server that does not declare the extension or lacks the fixtures. The
+ * behaviour checks are in idempotency-checks.ts, the ids, constants and wire
+ * helpers they share in idempotency-helpers.ts.
  */
 
-import type {
-  ClientScenario,
-  ConformanceCheck,
-  SpecReference
-} from '../../types';
-import {
-  JsonRpcError,
-  type Connection,
-  type RunContext
-} from '../../connection';
+import type { ClientScenario, ConformanceCheck } from '../../types';
+import type { Connection, RunContext } from '../../connection';
 import { untestableCheck } from '../untestable';
+import {
+  BEHAVIOUR_CHECKS,
+  CAPABILITY,
+  CHARGE_TOOL,
+  COUNT_TOOL,
+  IDEMPOTENCY_EXTENSION_ID,
+  IDEMPOTENCY_KEY_META,
+  SEP_REF,
+  UNKNOWN_TOOL,
+  check
+} from './idempotency-helpers';
+import {
+  conflictRejected,
+  failedOutcomeRecorded,
+  inProgressRejected,
+  integersComparedExactly,
+  invalidKeyRejected,
+  keyElsewhereIgnored,
+  noKeyRunsEveryTime,
+  readOnlyToolDeduplicated,
+  repeatReplaysOutcome,
+  resultAcknowledged
+} from './idempotency-checks';
 
-/**
- * The spec pull request that proposes the extension (SEP numbers are PR
- * numbers). XXXX is a placeholder until that PR is open; the check ids and
- * src/seps/sep-3182.yaml take its number then.
- */
-const SEP_REF: SpecReference = {
-  id: 'SEP-XXXX',
-  url: 'https://github.com/modelcontextprotocol/modelcontextprotocol/pull/XXXX'
-};
+// The extension's ids and the fixture tools' names, for what serves the scenario.
+export {
+  CHARGE_TOOL,
+  COUNT_TOOL,
+  IDEMPOTENCY_EXTENSION_ID,
+  IDEMPOTENCY_KEY_META
+} from './idempotency-helpers';
 
-/**
- * The ids are the extension's official ones. A server that implements the
- * extension under its own vendor prefix, as drafts do before adoption, is run
- * with MCP_CONFORMANCE_IDEMPOTENCY_PREFIX set to that prefix.
- */
-const PREFIX =
-  process.env.MCP_CONFORMANCE_IDEMPOTENCY_PREFIX ?? 'io.modelcontextprotocol';
-export const IDEMPOTENCY_EXTENSION_ID = `${PREFIX}/idempotency`;
-export const IDEMPOTENCY_KEY_META = `${PREFIX}/idempotencyKey`;
-
-export const CHARGE_TOOL = 'test_idempotent_charge';
-export const COUNT_TOOL = 'test_idempotent_charge_count';
-
-const INVALID_PARAMS = -32602;
 const DEFAULT_MAX_KEY_LENGTH = 255; // the SEP's maxKeyLength when the settings state none
-const SLOW_SECONDS = 2; // long enough for a repeat to arrive while it runs
-const SETTLE_MS = 500; // the repeat leaves this long after the original
-
-/** A check's identity: the same whether it passes, fails or cannot run. */
-type CheckSpec = { id: string; name: string; description: string };
-
-const CAPABILITY: CheckSpec = {
-  id: 'sep-3182-capability-advertised',
-  name: 'IdempotencyCapabilityAdvertised',
-  description: `Server advertises ${IDEMPOTENCY_EXTENSION_ID} under capabilities.extensions, with well-formed settings`
-};
-const REPEAT: CheckSpec = {
-  id: 'sep-3182-repeat-replays-outcome',
-  name: 'IdempotencyRepeatReplaysOutcome',
-  description:
-    'A repeat of a finished keyed call gets its recorded outcome, and the tool runs once'
-};
-const CONFLICT: CheckSpec = {
-  id: 'sep-3182-conflict-rejected',
-  name: 'IdempotencyConflictRejected',
-  description:
-    'The key with other arguments is rejected as idempotency_key_conflict, and nothing runs'
-};
-const IN_PROGRESS: CheckSpec = {
-  id: 'sep-3182-in-progress-rejected',
-  name: 'IdempotencyInProgressRejected',
-  description:
-    'A repeat of a running keyed call is rejected at once as idempotency_key_in_progress, and the tool runs once'
-};
-const INVALID_KEY: CheckSpec = {
-  id: 'sep-3182-invalid-key-rejected',
-  name: 'IdempotencyInvalidKeyRejected',
-  description:
-    'An empty, non-string or over-long key is rejected as invalid_idempotency_key before the tool runs, and not echoed'
-};
-const NO_KEY: CheckSpec = {
-  id: 'sep-3182-no-key-runs-every-time',
-  name: 'IdempotencyNoKeyRunsEveryTime',
-  description:
-    'Identical calls without a key, or with a null key, each run as without the extension'
-};
-/** The checks that call the fixture tools. */
-const BEHAVIOUR_CHECKS = [REPEAT, CONFLICT, IN_PROGRESS, INVALID_KEY, NO_KEY];
-
-type CallResult = {
-  content?: unknown[];
-  isError?: boolean;
-  structuredContent?: Record<string, unknown>;
-};
-
-/** A tools/call's answer: its result, or the JSON-RPC error it got. */
-type Answer = { result?: CallResult; error?: JsonRpcError };
-
-/** The check's result: SUCCESS without errors, else `severity` with them joined. */
-function check(
-  spec: CheckSpec,
-  errors: string[],
-  severity: 'FAILURE' | 'WARNING',
-  details: Record<string, unknown>
-): ConformanceCheck {
-  return {
-    ...spec,
-    status: errors.length === 0 ? 'SUCCESS' : severity,
-    timestamp: new Date().toISOString(),
-    errorMessage: errors.length > 0 ? errors.join('; ') : undefined,
-    specReferences: [SEP_REF],
-    details
-  };
-}
-
-/** A fresh key, as a client mints one per logical call. */
-function newKey(): string {
-  return crypto.randomUUID();
-}
-
-/** Call the charge fixture, keyed when `key` is given, and keep an error as the answer. */
-async function charge(
-  conn: Connection,
-  amount: number,
-  key?: unknown,
-  seconds = 0
-): Promise<Answer> {
-  const params: Record<string, unknown> = {
-    name: CHARGE_TOOL,
-    arguments: { amount, seconds }
-  };
-  if (key !== undefined) params._meta = { [IDEMPOTENCY_KEY_META]: key };
-  try {
-    return { result: (await conn.request('tools/call', params)) as CallResult };
-  } catch (error) {
-    if (error instanceof JsonRpcError) return { error };
-    throw error;
-  }
-}
-
-/** How many charges have run: structuredContent.charges, or the first text as an integer. */
-async function chargeCount(conn: Connection): Promise<number> {
-  const result = (await conn.request('tools/call', {
-    name: COUNT_TOOL,
-    arguments: {}
-  })) as CallResult;
-  const structured = result.structuredContent?.charges;
-  if (typeof structured === 'number') return structured;
-  const first = result.content?.[0] as { text?: string } | undefined;
-  const parsed = Number(first?.text);
-  if (!Number.isInteger(parsed)) {
-    throw new Error(
-      `${COUNT_TOOL} answered no count: ${JSON.stringify(result)}`
-    );
-  }
-  return parsed;
-}
-
-/** Each rejection's data.retryable, as the SEP's table of errors gives it. */
-const RETRYABLE: Record<string, boolean> = {
-  idempotency_key_conflict: false,
-  idempotency_key_in_progress: true,
-  invalid_idempotency_key: false
-};
-
-/**
- * What is wrong with a rejection that should be -32602 with data.type `type`,
- * its data.retryable, and data.idempotencyKey `key` (none for an invalid key).
- */
-function rejectionProblem(
-  answer: Answer,
-  type: string,
-  key?: string
-): string | undefined {
-  if (!answer.error) {
-    return `expected a -32602 error with data.type "${type}"; got a result ${JSON.stringify(answer.result)}`;
-  }
-  const data = answer.error.data as
-    | { type?: unknown; retryable?: unknown; idempotencyKey?: unknown }
-    | undefined;
-  const expected = { type, retryable: RETRYABLE[type], idempotencyKey: key };
-  if (
-    answer.error.code !== INVALID_PARAMS ||
-    data?.type !== type ||
-    data?.retryable !== expected.retryable ||
-    (key !== undefined && data?.idempotencyKey !== key)
-  ) {
-    return `expected -32602 with data ${JSON.stringify(expected)}; got ${answer.error.code} with data ${JSON.stringify(answer.error.data)}`;
-  }
-  return undefined;
-}
-
-/** Whether a repeat got the outcome the first call got. */
-function sameOutcome(first: Answer, second: Answer): boolean {
-  return JSON.stringify(outcomeOf(first)) === JSON.stringify(outcomeOf(second));
-}
-
-/** The parts of an answer a replay must repeat: content and isError, or the error's code and data. */
-function outcomeOf(answer: Answer): unknown {
-  if (answer.error) return { code: answer.error.code, data: answer.error.data };
-  return { content: answer.result?.content, isError: answer.result?.isError };
-}
-
-/** A result that is not a tool error. */
-function succeeded(answer: Answer): boolean {
-  return answer.result !== undefined && answer.result.isError !== true;
-}
+/** The settings the SEP defines, each a positive integer where stated. */
+const SETTINGS = [
+  'maxKeyLength',
+  'retentionSeconds',
+  'deadlineSeconds',
+  'leaseSeconds'
+];
+/** The settings a server SHOULD state (maxKeyLength has a default instead). */
+const SHOULD_STATE = ['retentionSeconds', 'deadlineSeconds', 'leaseSeconds'];
 
 /** What the SEP allows for a setting. */
 function isPositiveInteger(value: unknown): boolean {
@@ -232,19 +84,31 @@ export class IdempotencyScenario implements ClientScenario {
 **Server Implementation Requirements:**
 
 - Advertise \`${IDEMPOTENCY_EXTENSION_ID}\` under \`capabilities.extensions\` as an
-  object (\`{}\` declares support with no setting stated); \`maxKeyLength\` and
-  \`retentionSeconds\`, where present, are positive integers.
+  object (\`{}\` declares support with no setting stated); \`maxKeyLength\`,
+  \`retentionSeconds\`, \`deadlineSeconds\` and \`leaseSeconds\`, where present, are
+  positive integers. The last three SHOULD be stated (a WARNING when one is not).
 - A \`tools/call\` whose \`_meta["${IDEMPOTENCY_KEY_META}"]\` is a key already used with
-  equivalent arguments, and finished, MUST get the recorded outcome; the tool runs once.
+  equivalent arguments, and finished, MUST get the recorded outcome, as recorded even
+  after the state it reports changed; the tool runs once. This holds for every tool,
+  the read-only count included.
 - The key with other arguments MUST be rejected: -32602, \`data.type\`
   \`"idempotency_key_conflict"\`, \`data.retryable\` false; the tool does not run.
+  Integers compare exactly: 2^53 after 2^53 + 1 is other arguments, unless the server
+  refused the first with -32602.
 - A repeat while the first call runs MUST be rejected at once: -32602, \`data.type\`
   \`"idempotency_key_in_progress"\`, \`data.retryable\` true; the tool runs once.
+- A rejection leaves the record as it was: the first request sent again still gets its
+  outcome.
+- Every outcome is recorded, a failure's too: after a keyed call whose arguments the
+  schema refuses, or one to an unknown tool, the key with a valid charge is a conflict.
+- Every result of a keyed call carries \`_meta["${IDEMPOTENCY_EXTENSION_ID}"]\`
+  \`{"idempotencyKey": <key>}\`, and a replay carries it as the first answer did.
 - A key that is not a string of 1 to \`maxKeyLength\` (255 when not stated) characters
   MUST be rejected before the tool runs: -32602, \`data.type\`
   \`"invalid_idempotency_key"\`, \`data.retryable\` false, the value not echoed.
 - Every rejection but an invalid key's carries the key in \`data.idempotencyKey\`.
-- A call without a key, or with a \`null\` key, runs every time.
+- A call without a key, or with a \`null\` key, runs every time; so does one whose key's
+  name is a member of \`arguments\`, and another method's \`_meta\` holds no key.
 
 A server implementing the extension under its own vendor prefix is run with
 \`MCP_CONFORMANCE_IDEMPOTENCY_PREFIX=<prefix>\` (the ids become \`<prefix>/idempotency\`
@@ -252,9 +116,12 @@ and \`<prefix>/idempotencyKey\`).
 
 **Required server fixtures (\`tools/list\` MUST include both):**
 - \`${CHARGE_TOOL}\` — arguments \`{ amount: integer > 0, seconds: number }\`; waits
-  \`seconds\`, then counts one charge; honours the key.
-- \`${COUNT_TOOL}\` — no arguments; answers the number of charges run, as
-  \`structuredContent.charges\` or as its first text.`;
+  \`seconds\`, then counts one charge; honours the key; answers \`isError\` for arguments
+  its schema refuses (an \`amount\` that is not an integer) and ignores arguments it does
+  not name; takes an \`amount\` past 2^53.
+- \`${COUNT_TOOL}\` — no arguments, annotated \`readOnlyHint\`; answers the number of
+  charges run, as \`structuredContent.charges\` or as its first text; honours the key.
+- No tool named \`${UNKNOWN_TOOL}\`.`;
 
   async run(ctx: RunContext): Promise<ConformanceCheck[]> {
     const conn = await ctx.connect();
@@ -267,11 +134,16 @@ and \`<prefix>/idempotencyKey\`).
       if (missing) return [advertised, ...this.untestable(missing)];
       return [
         advertised,
-        await this.repeatReplaysOutcome(conn),
-        await this.conflictRejected(conn),
-        await this.inProgressRejected(conn),
-        await this.invalidKeyRejected(conn),
-        await this.noKeyRunsEveryTime(conn)
+        await repeatReplaysOutcome(conn),
+        await conflictRejected(conn),
+        await inProgressRejected(conn),
+        await invalidKeyRejected(conn, this.maxKeyLength()),
+        await noKeyRunsEveryTime(conn),
+        await keyElsewhereIgnored(conn),
+        await integersComparedExactly(conn),
+        await readOnlyToolDeduplicated(conn),
+        await failedOutcomeRecorded(conn),
+        await resultAcknowledged(conn)
       ];
     } finally {
       await conn.close().catch(() => {});
@@ -302,7 +174,7 @@ and \`<prefix>/idempotencyKey\`).
         `capabilities.extensions["${IDEMPOTENCY_EXTENSION_ID}"] MUST be an object; got ${JSON.stringify(declared)}`
       );
     }
-    for (const setting of ['maxKeyLength', 'retentionSeconds']) {
+    for (const setting of SETTINGS) {
       if (
         setting in this.settings &&
         !isPositiveInteger(this.settings[setting])
@@ -312,7 +184,17 @@ and \`<prefix>/idempotencyKey\`).
         );
       }
     }
-    return check(CAPABILITY, errors, 'FAILURE', { declared });
+    // A SHOULD: the object MAY be empty, so a missing setting warns, never fails.
+    const unstated = SHOULD_STATE.filter(
+      (setting) => this.declared && !(setting in this.settings)
+    );
+    const warnings =
+      unstated.length > 0
+        ? [
+            `a server SHOULD state retentionSeconds, deadlineSeconds and leaseSeconds; it does not state ${unstated.join(', ')}`
+          ]
+        : [];
+    return check(CAPABILITY, errors, { declared }, warnings);
   }
 
   /** The longest key the server takes: its maxKeyLength where well-formed, else the SEP's default. */
@@ -355,135 +237,5 @@ and \`<prefix>/idempotencyKey\`).
         reason: `the server does not declare ${IDEMPOTENCY_EXTENSION_ID}`
       }
     }));
-  }
-
-  /** A repeat of a finished call gets the recorded outcome, and the tool runs once. */
-  private async repeatReplaysOutcome(
-    conn: Connection
-  ): Promise<ConformanceCheck> {
-    const key = newKey();
-    const before = await chargeCount(conn);
-    const first = await charge(conn, 100, key);
-    const repeat = await charge(conn, 100, key);
-    const ran = (await chargeCount(conn)) - before;
-    const errors: string[] = [];
-    if (!succeeded(first))
-      errors.push(
-        `the keyed charge failed: ${JSON.stringify(outcomeOf(first))}`
-      );
-    if (!sameOutcome(first, repeat)) {
-      errors.push(
-        `the repeat MUST get the recorded outcome ${JSON.stringify(outcomeOf(first))}; got ${JSON.stringify(outcomeOf(repeat))}`
-      );
-    }
-    if (ran !== 1)
-      errors.push(`the tool MUST run once for the key; it ran ${ran} times`);
-    return check(REPEAT, errors, 'FAILURE', { ran });
-  }
-
-  /** The key with other arguments is a conflict, and the tool does not run with them. */
-  private async conflictRejected(conn: Connection): Promise<ConformanceCheck> {
-    const key = newKey();
-    await charge(conn, 100, key);
-    const before = await chargeCount(conn);
-    const other = await charge(conn, 200, key);
-    const ran = (await chargeCount(conn)) - before;
-    const errors: string[] = [];
-    const problem = rejectionProblem(other, 'idempotency_key_conflict', key);
-    if (problem) errors.push(problem);
-    if (ran !== 0)
-      errors.push(
-        `the tool MUST NOT run with the other arguments; it ran ${ran} times`
-      );
-    return check(CONFLICT, errors, 'FAILURE', { ran });
-  }
-
-  /** A repeat while the first call runs is rejected at once, before the first finishes. */
-  private async inProgressRejected(
-    conn: Connection
-  ): Promise<ConformanceCheck> {
-    const key = newKey();
-    const before = await chargeCount(conn);
-    const started = Date.now();
-    const original = charge(conn, 100, key, SLOW_SECONDS);
-    await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
-    const repeat = await charge(conn, 100, key, SLOW_SECONDS);
-    const answeredAfterMs = Date.now() - started;
-    const first = await original;
-    const ran = (await chargeCount(conn)) - before;
-    const errors: string[] = [];
-    const problem = rejectionProblem(
-      repeat,
-      'idempotency_key_in_progress',
-      key
-    );
-    if (problem) errors.push(problem);
-    if (answeredAfterMs >= SLOW_SECONDS * 1000) {
-      errors.push(
-        `the repeat MUST be answered at once; it was answered ${answeredAfterMs} ms after the original started, which takes ${SLOW_SECONDS} s`
-      );
-    }
-    if (!succeeded(first))
-      errors.push(`the original failed: ${JSON.stringify(outcomeOf(first))}`);
-    if (ran !== 1)
-      errors.push(`the tool MUST run once for the key; it ran ${ran} times`);
-    return check(IN_PROGRESS, errors, 'FAILURE', { ran, answeredAfterMs });
-  }
-
-  /** Values that are not keys are refused before the tool runs, and not echoed. */
-  private async invalidKeyRejected(
-    conn: Connection
-  ): Promise<ConformanceCheck> {
-    const tooLong = 'k'.repeat(this.maxKeyLength() + 1);
-    const values: Array<[string, unknown]> = [
-      ['an empty string', ''],
-      ['a number', 42],
-      ['an object', { key: 'value' }],
-      [`a string of ${tooLong.length} characters`, tooLong]
-    ];
-    const before = await chargeCount(conn);
-    const errors: string[] = [];
-    for (const [what, value] of values) {
-      const answer = await charge(conn, 100, value);
-      const problem = rejectionProblem(answer, 'invalid_idempotency_key');
-      if (problem) errors.push(`${what}: ${problem}`);
-      else if (answer.error && JSON.stringify(answer.error).includes(tooLong)) {
-        errors.push(`${what}: the rejection MUST NOT echo the value back`);
-      }
-    }
-    const ran = (await chargeCount(conn)) - before;
-    if (ran !== 0)
-      errors.push(
-        `the tool MUST NOT run for an invalid key; it ran ${ran} times`
-      );
-    return check(INVALID_KEY, errors, 'FAILURE', {
-      ran,
-      maxKeyLength: this.maxKeyLength()
-    });
-  }
-
-  /** A call without a key, or with a null key, runs every time, as it would without the extension. */
-  private async noKeyRunsEveryTime(
-    conn: Connection
-  ): Promise<ConformanceCheck> {
-    const before = await chargeCount(conn);
-    const answers = [
-      await charge(conn, 100),
-      await charge(conn, 100),
-      await charge(conn, 100, null),
-      await charge(conn, 100, null)
-    ];
-    const ran = (await chargeCount(conn)) - before;
-    const errors: string[] = [];
-    if (!answers.every(succeeded)) {
-      errors.push(
-        `calls without a key or with a null key MUST run as without the extension; got ${JSON.stringify(answers.map(outcomeOf))}`
-      );
-    }
-    if (ran !== answers.length)
-      errors.push(
-        `${answers.length} calls without a key (two absent, two null) MUST each run; the tool ran ${ran} times`
-      );
-    return check(NO_KEY, errors, 'FAILURE', { ran });
   }
 }
