@@ -13,7 +13,7 @@ class StopsItsRunWhenTheStreamCloses(Idempotency):
     renewed as any run's)."""
 
     async def _run_once(self, run: KeyedRun, work: Work) -> Outcome:
-        return await self.runs.run(run, work)
+        return await self._runs.run(run, work)
 
 
 ledger_server.main(StopsItsRunWhenTheStreamCloses)
