@@ -1,4 +1,4 @@
-// SEP-3182's dispatch layer for an McpServer of the official TypeScript SDK (1.x).
+// SEP-3182's dispatch layer for an McpServer of the official TypeScript SDK, 1.x or 2.x.
 //
 //   const keys = await Idempotency.open({ store: "postgresql://localhost/app" });
 //   keys.advertise(server);
@@ -11,10 +11,9 @@
 // in one unit of work with the tool's own writes, the claim's lease renewed while it runs.
 
 import { AsyncLocalStorage } from "node:async_hooks";
-import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
-import type { Transport, TransportSendOptions } from "@modelcontextprotocol/sdk/shared/transport.js";
-import type { JSONRPCMessage, JSONRPCRequest, MessageExtraInfo, RequestId, ServerCapabilities }
-  from "@modelcontextprotocol/sdk/types.js";
+import type { JSONRPCMessage, JSONRPCRequest, MessageExtraInfo, RequestId, ServerLike, Transport, TransportSendOptions }
+  from "./sdk.js";
+import { registryOf } from "./sdk.js";
 import * as rules from "./rules.js";
 import type { Json, Placement, Principal, RejectionType } from "./rules.js";
 import { type Held, type Store, StoreUnavailable, type Transaction, same } from "./stores.js";
@@ -102,13 +101,14 @@ export class Idempotency {
     return rules.capability(this.maxKeyLength, this.store.limits.retention, this.deadline, this.store.limits.lease);
   }
 
-  /** Advertise the capability where the placement puts it; call before `connect`. */
-  advertise(server: McpServer): void {
+  /** Advertise the capability where the placement puts it, on an McpServer of either line (or its Server); call
+   * before `connect`. Both lines keep an unknown capability member at run time, in the initialize result and in
+   * 2.x's server/discover result alike. */
+  advertise(server: ServerLike): void {
     const settings = this.capability();
-    // The SDK keeps an unknown capability member at run time; its type knows only tools.listChanged.
-    server.server.registerCapabilities(this.placement === "meta"
-      ? { extensions: { [rules.EXTENSION_ID]: settings } } as ServerCapabilities
-      : { tools: { idempotency: settings } as ServerCapabilities["tools"] });
+    registryOf(server).registerCapabilities(this.placement === "meta"
+      ? { extensions: { [rules.EXTENSION_ID]: settings } }
+      : { tools: { idempotency: settings } });
   }
 
   /** The transport the McpServer connects to: `server.connect(keys.wrap(transport))`. */
@@ -203,6 +203,20 @@ export class Keyed<Inner extends Transport> implements Transport {
 
   get sessionId(): string | undefined {
     return this.inner.sessionId;
+  }
+
+  // What the SDK tells or asks of its transport beside messages reaches the transport wrapped: an HTTP transport
+  // checks each request's protocol version header against the revisions the server speaks.
+  setProtocolVersion(version: string): void {
+    this.inner.setProtocolVersion?.(version);
+  }
+
+  setSupportedProtocolVersions(versions: string[]): void {
+    this.inner.setSupportedProtocolVersions?.(versions);
+  }
+
+  get hasPerRequestStream(): boolean | undefined {
+    return this.inner.hasPerRequestStream;
   }
 
   async send(message: JSONRPCMessage, options?: TransportSendOptions): Promise<void> {
