@@ -17,9 +17,46 @@
 // the first, when the server may have forgotten the key and would run the call again (WindowPassed).
 
 import { randomUUID } from "node:crypto";
-import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { type CallToolResult, CallToolResultSchema, ErrorCode, McpError } from "@modelcontextprotocol/sdk/types.js";
 import * as rules from "./rules.js";
+
+/** A tools/call result, as either line's Client gives it. */
+export interface CallToolResult {
+  content?: unknown;
+  isError?: boolean;
+  structuredContent?: unknown;
+  _meta?: { [member: string]: unknown };
+  [member: string]: unknown;
+}
+
+/** A connected Client of either line of the official SDK: 1.x (`@modelcontextprotocol/sdk`) or 2.x
+ * (`@modelcontextprotocol/client`). They differ in callTool's arguments (1.x takes a result schema before the
+ * options), told apart by what only 2.x has, getProtocolEra. */
+export interface ClientLike {
+  getServerCapabilities(): object | undefined;
+  callTool(params: { name: string; arguments?: Record<string, unknown>; _meta?: object }, ...rest: never[]): Promise<CallToolResult>;
+  close(): Promise<void>;
+}
+
+/** One tools/call on `client`, waiting `timeout` ms for its answer, on either line. */
+async function callOn(client: ClientLike, params: { name: string; arguments: Record<string, unknown> }, timeout: number): Promise<CallToolResult> {
+  const call = client.callTool as (...args: unknown[]) => Promise<CallToolResult>;
+  return "getProtocolEra" in client
+    ? call.call(client, params, { timeout })
+    : call.call(client, params, undefined, { timeout }); // 1.x: its own CallToolResultSchema by default
+}
+
+// The SDKs' errors, told by their codes (the package runs no SDK code; see sdk.ts). An answer's error carries its
+// JSON-RPC code, a negative integer; 1.x also gives its own timeout and closed connection JSON-RPC codes, 2.x names
+// them. A transport's failure (an HTTP status, a reset, a refused connection) is none of these.
+const TIMED_OUT = new Set<unknown>([-32001, "REQUEST_TIMEOUT"]);
+const CLOSED = new Set<unknown>([-32000, "CONNECTION_CLOSED"]);
+const codeOf = (error: unknown): unknown => (error instanceof Error && "code" in error ? error.code : undefined);
+
+/** A JSON-RPC error, as either SDK throws one: the server's answer, or 1.x's word for a timeout or a closed connection. */
+function answered(error: unknown): error is Error & { code: number; data?: unknown } {
+  const code = codeOf(error);
+  return typeof code === "number" && Number.isInteger(code) && code < 0;
+}
 
 /** The server's settings, as it advertises them under the extension. */
 export type Settings = rules.Capability;
@@ -57,7 +94,7 @@ export interface KeyedCallOptions {
 }
 
 /** The settings a connected client's server advertises under the extension, or null: it gives no guarantee. */
-export function discoverSettings(client: Client): Settings | null {
+export function discoverSettings(client: ClientLike): Settings | null {
   const extensions = (client.getServerCapabilities() as { extensions?: Record<string, unknown> } | undefined)?.extensions;
   const settings = extensions?.[rules.EXTENSION_ID] as Settings | undefined;
   return settings === undefined ? null : settings;
@@ -65,17 +102,17 @@ export function discoverSettings(client: Client): Settings | null {
 
 /** An error after which the outcome is unknown: the same request may be sent again. */
 function unanswered(error: unknown): boolean {
-  return error instanceof McpError ? error.code === ErrorCode.RequestTimeout || broken(error) : true;
+  return !answered(error) || TIMED_OUT.has(error.code) || CLOSED.has(error.code);
 }
 
 /** An error that leaves the connection unusable (a reset, a cut stream, a closed process): the next attempt connects anew. */
 function broken(error: unknown): boolean {
-  return !(error instanceof McpError) || error.code === ErrorCode.ConnectionClosed;
+  return CLOSED.has(codeOf(error)) || !answered(error) && !TIMED_OUT.has(codeOf(error));
 }
 
 /** The rejection's type and whether it may be sent again, or null: not a rejection of the key. */
 function rejected(error: unknown): { type: string; retryable: boolean } | null {
-  const data = error instanceof McpError ? error.data as { type?: unknown; retryable?: unknown } | undefined : undefined;
+  const data = answered(error) ? error.data as { type?: unknown; retryable?: unknown } | undefined : undefined;
   if (typeof data?.type !== "string" || !data.type.startsWith("idempotency_") && data.type !== rules.INVALID_KEY) return null;
   return { type: data.type, retryable: data.retryable === true || rules.RETRYABLE.has(data.type as rules.RejectionType) };
 }
@@ -84,14 +121,14 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A client that connects by itself, as often as it must, and sends each logical call with one key. */
 export class KeyedClient {
-  client: Client | null = null;
+  client: ClientLike | null = null;
   settings: Settings | null = null;
 
-  /** `connect` gives a new connected Client of the official SDK each time it is called. */
-  constructor(readonly connect: () => Promise<Client>) {}
+  /** `connect` gives a new connected Client of the official SDK (either line) each time it is called. */
+  constructor(readonly connect: () => Promise<ClientLike>) {}
 
   /** The connected client, connecting if there is none; its server's settings read on the way. */
-  async connected(): Promise<Client> {
+  async connected(): Promise<ClientLike> {
     if (this.client === null) {
       this.client = await this.connect();
       this.settings = discoverSettings(this.client);
@@ -125,8 +162,7 @@ export class KeyedClient {
         if (window !== undefined && Date.now() - firstSent >= window * 1000) {
           throw new WindowPassed(key, firstSent, lastError, "the server's window for this key has passed");
         }
-        const params = { name, arguments: args, ...keyed };
-        return await client.request({ method: "tools/call", params }, CallToolResultSchema, { timeout: options.timeout ?? 60_000 });
+        return await callOn(client, { name, arguments: args, ...keyed }, options.timeout ?? 60_000);
       } catch (error) {
         if (error instanceof WindowPassed) throw error;
         const rejection = rejected(error);

@@ -1,4 +1,4 @@
-// SEP-3182's dispatch layer for an McpServer of the official TypeScript SDK (1.x).
+// SEP-3182's dispatch layer for an McpServer of the official TypeScript SDK, 1.x or 2.x.
 //
 //   const keys = await Idempotency.open({ store: "postgresql://localhost/app" });
 //   keys.advertise(server);
@@ -11,10 +11,9 @@
 // in one unit of work with the tool's own writes, the claim's lease renewed while it runs.
 
 import { AsyncLocalStorage } from "node:async_hooks";
-import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
-import type { Transport, TransportSendOptions } from "@modelcontextprotocol/sdk/shared/transport.js";
-import type { JSONRPCMessage, JSONRPCRequest, MessageExtraInfo, RequestId, ServerCapabilities }
-  from "@modelcontextprotocol/sdk/types.js";
+import type { JSONRPCMessage, JSONRPCRequest, MessageExtraInfo, RequestId, ServerLike, Transport, TransportSendOptions }
+  from "./sdk.js";
+import { registryOf } from "./sdk.js";
 import * as rules from "./rules.js";
 import type { Json, Placement, Principal, RejectionType } from "./rules.js";
 import { type Held, type Store, StoreUnavailable, type Transaction, same } from "./stores.js";
@@ -49,6 +48,18 @@ const DEADLINE_PASSED = (seconds: number) => ({
   code: -32603,
   message: `the tool did not finish in ${seconds} s and was stopped; its effect is unknown: check, then use a new key`,
 });
+
+// 2026-07-28 carries the revision on every request (the per-request envelope in params._meta), and its results
+// name their type; the 2025 revisions have neither. 1.x speaks only the 2025 ones; 2.x both, as the client opens.
+const PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion";
+const SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo";
+const MODERN_REVISIONS: ReadonlySet<unknown> = new Set(["2026-07-28"]);
+
+/** Is this request on 2026-07-28 (its envelope says so), where a result names its type? */
+function modern(params: object): boolean {
+  const meta = (params as { _meta?: unknown })._meta;
+  return typeof meta === "object" && meta !== null && MODERN_REVISIONS.has((meta as Record<string, unknown>)[PROTOCOL_VERSION_META_KEY]);
+}
 
 /** Python's repr of a key, so that the log reads as the Python library's (`key='k'`). */
 function repr(text: string): string {
@@ -102,13 +113,14 @@ export class Idempotency {
     return rules.capability(this.maxKeyLength, this.store.limits.retention, this.deadline, this.store.limits.lease);
   }
 
-  /** Advertise the capability where the placement puts it; call before `connect`. */
-  advertise(server: McpServer): void {
+  /** Advertise the capability where the placement puts it, on an McpServer of either line (or its Server); call
+   * before `connect`. Both lines keep an unknown capability member at run time, in the initialize result and in
+   * 2.x's server/discover result alike. */
+  advertise(server: ServerLike): void {
     const settings = this.capability();
-    // The SDK keeps an unknown capability member at run time; its type knows only tools.listChanged.
-    server.server.registerCapabilities(this.placement === "meta"
-      ? { extensions: { [rules.EXTENSION_ID]: settings } } as ServerCapabilities
-      : { tools: { idempotency: settings } as ServerCapabilities["tools"] });
+    registryOf(server).registerCapabilities(this.placement === "meta"
+      ? { extensions: { [rules.EXTENSION_ID]: settings } }
+      : { tools: { idempotency: settings } });
   }
 
   /** The transport the McpServer connects to: `server.connect(keys.wrap(transport))`. */
@@ -161,8 +173,9 @@ export class Idempotency {
     return rules.checkedKey(rules.sentKey(params, this.placement), this.maxKeyLength);
   }
 
-  /** A record holds the key: conflict, in progress, or its replay (the recorded result or error). */
-  answer(held: Held, fingerprint: Uint8Array, key: string, tool: string): { error: object } | { result: object } {
+  /** A record holds the key: conflict, in progress, or its replay (the recorded result or error), shaped for the
+   * retry's revision, which may not be the first attempt's. */
+  answer(held: Held, fingerprint: Uint8Array, key: string, tool: string, onModern = false): { error: object } | { result: object } {
     if (!same(held.fingerprint, fingerprint)) { // checked first, so a mismatch is a conflict even mid-run
       this.log(`conflict: key=${repr(key)} tool=${tool}`);
       return { error: rules.rejection(rules.CONFLICT, key) };
@@ -172,10 +185,14 @@ export class Idempotency {
       return { error: rules.rejection(rules.IN_PROGRESS, key) };
     }
     this.log(`replayed: key=${repr(key)}`);
-    const kept = JSON.parse(held.outcome) as { error?: object; result?: { resultType?: string } };
+    const kept = JSON.parse(held.outcome) as { error?: object; result?: { resultType?: string; _meta?: Record<string, unknown> } };
     if (kept.error !== undefined) return { error: kept.error };
-    const { resultType: _, ...result } = kept.result ?? {}; // 2026-07-28's member: this SDK speaks the 2025 revisions
-    return { result };
+    // Kept with its type (see record), as 2026-07-28 answers it; a 2025 result has no such member, nor the server's
+    // info that 2.x stamps on each 2026-07-28 result.
+    if (onModern) return { result: { resultType: "complete", ...kept.result } };
+    const { resultType: _, _meta: meta, ...result } = kept.result ?? {};
+    const { [SERVER_INFO_META_KEY]: __, ...rest } = meta ?? {};
+    return { result: meta === undefined ? result : { ...result, _meta: rest } };
   }
 }
 
@@ -203,6 +220,20 @@ export class Keyed<Inner extends Transport> implements Transport {
 
   get sessionId(): string | undefined {
     return this.inner.sessionId;
+  }
+
+  // What the SDK tells or asks of its transport beside messages reaches the transport wrapped: an HTTP transport
+  // checks each request's protocol version header against the revisions the server speaks.
+  setProtocolVersion(version: string): void {
+    this.inner.setProtocolVersion?.(version);
+  }
+
+  setSupportedProtocolVersions(versions: string[]): void {
+    this.inner.setSupportedProtocolVersions?.(versions);
+  }
+
+  get hasPerRequestStream(): boolean | undefined {
+    return this.inner.hasPerRequestStream;
   }
 
   async send(message: JSONRPCMessage, options?: TransportSendOptions): Promise<void> {
@@ -261,7 +292,7 @@ export class Keyed<Inner extends Transport> implements Transport {
       keys.log(`store full: key=${repr(key)}`);
       return this.reject(message, rules.STORE_FULL, key);
     }
-    if (claim.kind === "held") return this.reply(message, keys.answer(claim, fingerprint, key, params.name));
+    if (claim.kind === "held") return this.reply(message, keys.answer(claim, fingerprint, key, params.name, modern(params)));
     keys.log(`claimed: key=${repr(key)} tool=${params.name}`);
     const run: Run = { key, storeKey, fingerprint, owner: claim.owner, tx: keys.store.begin(), cancelled: false,
       deadline: setTimeout(() => void this.pastDeadline(message, run), keys.deadline * 1000) };

@@ -1,9 +1,12 @@
 // The client half against the example server (typescript/dist/server.js, a real process, built before the tests):
-// over stdio with a timeout shorter than the charge, and over HTTP through a proxy that resets or cuts answers.
+// over stdio with a timeout shorter than the charge, and over HTTP through a proxy that resets or cuts answers;
+// on the SDK's 1.x Client, and on the 2.x Client, whose callTool takes other arguments and whose errors are its own.
 
 import { spawn } from "node:child_process";
 import { type IncomingMessage, type Server, createServer, request } from "node:http";
 import type { AddressInfo } from "node:net";
+import { Client as ClientV2 } from "@modelcontextprotocol/client";
+import { StdioClientTransport as StdioV2 } from "@modelcontextprotocol/client/stdio";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -100,11 +103,38 @@ describe("the client half", () => {
 
   it("reads the server's settings, and gives up on a conflict at once with KeyRefused", async () => {
     const keyed = keyedClient(() => new StdioClientTransport({ command: "node", args: [SERVER, "--placement", "meta", "--retention", "90"] }));
-    await keyed.callTool("charge_guarded", { amount: 1 }, { key: "order-7" });
-    expect(keyed.settings).toMatchObject({ retentionSeconds: 90, maxKeyLength: 255 });
-    const refused = await keyed.callTool("charge_guarded", { amount: 2 }, { key: "order-7" }).catch((error: unknown) => error);
-    expect(refused).toBeInstanceOf(KeyRefused);
-    expect(refused).toMatchObject({ type: "idempotency_key_conflict", key: "order-7" });
-    expect(await ledger(keyed)).toEqual({ balance: 1, charges: 1 });
+    await refusesAConflict(keyed);
+  });
+
+  it("does the same on the SDK's 2.x Client, whose callTool and errors are its own", async () => {
+    await refusesAConflict(keyedClientV2("--retention", "90"));
+  });
+
+  it("sends a call that timed out on the 2.x Client again with its key, and it charges once", async () => {
+    const keyed = keyedClientV2("--charge-delay", "0.6");
+    const result = await keyed.callTool("charge_guarded", { amount: 100 }, { timeout: 200, backoff: 100 });
+    expect(result.content).toEqual([{ type: "text", text: "Charged 100. New balance: 100" }]);
+    expect(await ledger(keyed)).toEqual({ balance: 100, charges: 1 });
   });
 });
+
+/** A KeyedClient on the SDK's 2.x Client, over stdio to the example server started with `args`. */
+function keyedClientV2(...args: string[]): KeyedClient {
+  const keyed = new KeyedClient(async () => {
+    const client = new ClientV2({ name: "keyed-test", version: "1" });
+    await client.connect(new StdioV2({ command: "node", args: [SERVER, "--placement", "meta", ...args] }));
+    return client;
+  });
+  cleanups.push(() => keyed.close());
+  return keyed;
+}
+
+/** The settings read on connecting; a conflict thrown at once as KeyRefused, the first call's charge alone made. */
+async function refusesAConflict(keyed: KeyedClient): Promise<void> {
+  await keyed.callTool("charge_guarded", { amount: 1 }, { key: "order-7" });
+  expect(keyed.settings).toMatchObject({ retentionSeconds: 90, maxKeyLength: 255 });
+  const refused = await keyed.callTool("charge_guarded", { amount: 2 }, { key: "order-7" }).catch((error: unknown) => error);
+  expect(refused).toBeInstanceOf(KeyRefused);
+  expect(refused).toMatchObject({ type: "idempotency_key_conflict", key: "order-7" });
+  expect(await ledger(keyed)).toEqual({ balance: 1, charges: 1 });
+}
