@@ -158,19 +158,19 @@ def record(scoped_key: tuple[str, str], fingerprint: bytes, outcome: Outcome) ->
 async def run_once(scoped_key: tuple[str, str], fingerprint: bytes, request: types.CallToolRequest) -> Outcome:
     """S0, P6', P7, P18': claim the key, run the tool to completion or its deadline, keep the outcome."""
     claim(scoped_key, fingerprint, request.params.name)
-    # P7: a cancel or a vanished client must not stop a keyed run half way (a key left running, a charge unrecorded).
-    with anyio.CancelScope(shield=True):
+    # P7: a cancel or a vanished client must not stop a keyed run half way (a key left running, a charge unrecorded);
+    # P18': the run is this process's, so only its own deadline ends it.
+    with anyio.CancelScope(shield=True, deadline=anyio.current_time() + deadline) as run:
         try:  # P6': what FastMCP's tools/call handler produced: a result (isError too) or a JSON-RPC error
-            with anyio.fail_after(deadline):  # P18': the run is this process's, so only its own deadline ends it
-                outcome = await call_tool(request)
-        except TimeoutError:  # recorded, so the key answers this for its window and never runs the tool again
-            log.warning("deadline passed: key=%r, the run was stopped", scoped_key[1])
-            outcome = types.ErrorData(code=INTERNAL_ERROR.code, message=DEADLINE_PASSED.format(deadline))
+            outcome = await call_tool(request)
         except McpError as error:
             outcome = error.error
         except Exception:  # P6': kept as an internal error, so the key never stays running
             log.exception("the tool call failed unexpectedly")
             outcome = INTERNAL_ERROR
+    if run.cancelled_caught:  # recorded, so the key answers this for its window and never runs the tool again
+        log.warning("deadline passed: key=%r, the run was stopped", scoped_key[1])
+        outcome = types.ErrorData(code=INTERNAL_ERROR.code, message=DEADLINE_PASSED.format(deadline))
     record(scoped_key, fingerprint, outcome)
     await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel that came meanwhile, now the outcome is safe
     return outcome  # the SDK answers a result as a result, an ErrorData as a JSON-RPC error
