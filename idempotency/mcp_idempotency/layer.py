@@ -73,8 +73,9 @@ SHARED_KEY_SPACE = (
 
 Context = ServerRequestContext[Any, Any]
 
-# The keyed call a tool runs for, as its downstream key (Idempotency.downstream_key).
-_downstream_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("downstream_key", default=None)
+# The keyed call a tool runs for (its store key and fingerprint), from which Idempotency.downstream_key
+# derives its downstream key when the tool asks: most tools never do, and pay nothing for it.
+_keyed_call: contextvars.ContextVar[tuple[str, bytes] | None] = contextvars.ContextVar("keyed_call", default=None)
 
 # ----------------------------------------------------------------------------
 # Whose key it is: the principal a record is scoped to
@@ -300,7 +301,8 @@ class Idempotency(Extension):
         Idempotency-Key header): the same for every retry of the call, on every instance. None without a key."""
         # The one run a retry can repeat is a takeover of a holder that died or froze after
         # its effect; an API that deduplicates on this key then makes that effect once.
-        return _downstream_key.get()
+        keyed_call = _keyed_call.get()
+        return None if keyed_call is None else rules.downstream_key(*keyed_call)
 
     # -- the capability, which no server API declares ---------------------
 
@@ -453,11 +455,11 @@ class Idempotency(Extension):
         # The tool's own writes to the store join this unit of work, so the charge
         # and the completed record commit together or not at all.
         async with self._store.transaction() as tx:
-            forwarded = _downstream_key.set(rules.downstream_key(store_key, fingerprint))
+            forwarded = _keyed_call.set((store_key, fingerprint))
             try:
                 outcome = await outcome_of(ctx, call_next, key)
             finally:
-                _downstream_key.reset(forwarded)
+                _keyed_call.reset(forwarded)
             if tx.failure is not None:
                 # The store failed under the tool (the SDK made that an isError
                 # result): that is no outcome of the tool's, and nothing is recorded.
