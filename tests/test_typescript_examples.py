@@ -2,8 +2,9 @@
 
 typescript/packages/mcp-idempotency/examples/shop.ts, compiled: `pay` writes its effect in the store's unit of
 work, `send_receipt` appends to an outbox with the downstream key, both take an account beyond the kit's own
-arguments (--tool-arguments). Each of the kit's servers runs on a PostgreSQL database of its own: the memory store
-runs no SQL, so a tool that writes in the store needs PostgreSQL (the package README says so).
+arguments (--tool-arguments). The kit runs against it with each of its servers on a PostgreSQL database of its own,
+and on the memory store, which runs `pay`'s statements on a private in-process SQLite database, committed with the
+record (tests/test_typescript_sqlite.py runs it on SQLite files).
 """
 
 import json
@@ -23,23 +24,22 @@ from mcp_idempotency.rules import META_KEY, downstream_key, fingerprint, scoped_
 SHOP = PACKAGE / "dist-examples" / "shop.js"
 
 
-@pytest.mark.slow  # the whole kit against a server: the slow set's, as for every other server
-def test_the_typescript_shop_written_from_the_readme_passes_the_kit_on_postgresql(tmp_path):
-    typescript_built()
-    with ExitStack() as databases:
-        options = []
-        for variant, server_args in SERVERS.items():
-            url = databases.enter_context(postgres_database())
-            outbox = tmp_path / f"outbox-{variant or 'main'}.txt"
-            shop = ["node", str(SHOP), "--store", url, "--outbox", str(outbox), *server_args]
-            options += [f"--{variant}command", subprocess.list2cmdline(shop)]
-        report = tmp_path / "checks.json"
-        ran = subprocess.run(
-            [sys.executable, str(KIT), *options, *CONTRACTS["shop"], "--json", str(report)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+def assert_kit_passes(stores: dict[str, str], tmp_path) -> None:
+    """The kit against the shop, each of its servers on the store `stores` names for it: every check the shop can
+    meet succeeds, and none fails or warns."""
+    options = []
+    for variant, server_args in SERVERS.items():
+        name = variant or "main"
+        outbox = tmp_path / f"outbox-{name}.txt"
+        shop = ["node", str(SHOP), "--store", stores[name], "--outbox", str(outbox), *server_args]
+        options += [f"--{variant}command", subprocess.list2cmdline(shop)]
+    report = tmp_path / "checks.json"
+    ran = subprocess.run(
+        [sys.executable, str(KIT), *options, *CONTRACTS["shop"], "--json", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     results = {result["id"]: result["status"] for result in json.loads(report.read_text())}
     assert [check for check, status in results.items() if status in ("FAILURE", "WARNING")] == [], ran.stdout[-3000:]
     # As on typescript/server.ts: the check's 1e20 spelling is refused keyed, since JSON.parse gives every integer
@@ -47,6 +47,22 @@ def test_the_typescript_shop_written_from_the_readme_passes_the_kit_on_postgresq
     refused = {"sep-3182-equivalence-numbers"}
     untested = NEED_TWO_PRINCIPALS | NOT_APPLICABLE | refused | {"sep-3182-replay-across-revisions"}
     assert [check for check, status in results.items() if status != "SUCCESS" and check not in untested] == []
+
+
+@pytest.mark.slow  # the whole kit against a server: the slow set's, as for every other server
+def test_the_typescript_shop_written_from_the_readme_passes_the_kit_on_postgresql(tmp_path):
+    typescript_built()
+    with ExitStack() as databases:
+        assert_kit_passes(
+            {variant or "main": databases.enter_context(postgres_database()) for variant in SERVERS}, tmp_path
+        )
+
+
+@pytest.mark.slow  # the whole kit against a server: the slow set's, as for every other server
+def test_the_typescript_shop_written_from_the_readme_passes_the_kit_on_memory(tmp_path):
+    """`pay` writes through the unit of work on the memory store too: its private SQLite database."""
+    typescript_built()
+    assert_kit_passes({variant or "main": "memory" for variant in SERVERS}, tmp_path)
 
 
 def test_the_typescript_shop_forwards_the_downstream_key_the_python_library_derives(tmp_path):

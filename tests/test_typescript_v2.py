@@ -4,9 +4,9 @@ typescript/packages/mcp-idempotency/examples/shop-v2.ts, compiled: the tools of 
 module the 1.x shop, examples/shop.ts, registers) on 2.x's McpServer, served by serveStdio, which speaks 2026-07-28
 (server/discover, the per-request envelope, results that name their type) or the 2025 handshake as the client opens.
 The kit runs against it as tests/test_typescript_examples.py and tests/test_typescript_sqlite.py run it against the
-1.x shop: each of its servers on a SQLite file, or a PostgreSQL database, of its own. The shop's `pay` writes in the
-store's unit of work, and the memory store runs no SQL, so the kit needs one of those two; on memory the shop's
-other tool, whose effect is elsewhere, is retried on both revisions.
+1.x shop: each of its servers on a SQLite file, or a PostgreSQL database, of its own, or on the memory store, where
+the shop's `pay` writes through the store's unit of work on a private in-process SQLite database. On memory the
+shop's other tool, whose effect is elsewhere, is retried on both revisions.
 """
 
 import json
@@ -76,6 +76,12 @@ def test_the_2x_shop_passes_the_kit_on_postgresql(tmp_path):
     with ExitStack() as databases:
         stores = {variant or "main": databases.enter_context(postgres_database()) for variant in SERVERS}
         assert_passes(*kit_results(stores, tmp_path))
+
+
+@pytest.mark.slow  # the whole kit against a server: the slow set's, as for every other server
+def test_the_2x_shop_passes_the_kit_on_memory(tmp_path):
+    typescript_built()
+    assert_passes(*kit_results({variant or "main": "memory" for variant in SERVERS}, tmp_path))
 
 
 @pytest.mark.parametrize("wire", [ModernStdioWire, LegacyStdioWire], ids=["2026-07-28", "2025-03-26"])

@@ -1,8 +1,23 @@
-// The memory store: this process's records; a retry that lands on another instance, or after a
-// restart, finds nothing. A tool's writes need a SQL store (SQLite, PostgreSQL): here a unit of work
-// carries only the record's completion.
+// The memory store: this process's records; a retry that lands on another instance, or after a restart, finds
+// nothing. The tools' own tables live in a private in-process SQLite database, as the Python library's memory store
+// keeps them, so a tool's statements run unchanged here, on SQLite and on PostgreSQL: its writes commit with the
+// record's completion in one unit of work, or roll back with it.
 
-import { type Claim, type Limits, type Row, type Store, type Transaction, mayTake, newOwner, same } from "./stores.js";
+import Database from "libsql";
+import { type Db, changedRows, createTables, messageOf, rowsOf, storeFailure } from "./sqlite-statements.js";
+import { type Claim, type Limits, type Row, type Store, StoreUnavailable, type Transaction, mayTake, newOwner, same }
+  from "./stores.js";
+import { Turn, waitOf } from "./turn.js";
+
+// Said when a unit of work waits past the store's wait for another to let go of the tools' tables.
+const WRITER_TAKEN = "memory: another unit of work holds the tools' tables past the store's wait; "
+  + "a tool should do slow work before its unit of work's first statement";
+const ROLLED_BACK = "memory: SQLite rolled this unit of work back itself";
+
+/** A store failure, named for the log. */
+function failed(error: unknown): StoreUnavailable {
+  return error instanceof StoreUnavailable ? error : new StoreUnavailable(`memory: ${messageOf(error)}`);
+}
 
 interface MemoryRecord {
   principal: string;
@@ -13,13 +28,25 @@ interface MemoryRecord {
   outcome: string | null;
 }
 
-export const NO_SQL = "the memory store runs no SQL: a tool that writes in the store needs a sqlite:PATH or postgresql:// store";
-
 export class MemoryStore implements Store {
   readonly records = new Map<string, MemoryRecord>();
   readonly keysOf = new Map<string, Set<string>>(); // principal -> its keys, as the SQL stores' index on principal
 
-  constructor(readonly limits: Limits, readonly now: () => number = Date.now) {}
+  // The tools' tables: one unit of work at a time holds them, from its first statement to its end, as on SQLite. The
+  // driver is synchronous and there is no disk to wait for, so a statement never stalls the event loop for long.
+  readonly data: Db;
+  readonly turn = new Turn();
+
+  /** `tables`: the tools' own schema statements, run now on the private database. */
+  constructor(readonly limits: Limits, readonly now: () => number = Date.now, tables: readonly string[] = []) {
+    this.data = new Database(":memory:");
+    try {
+      createTables(this.data, tables);
+    } catch (error) {
+      this.data.close();
+      throw error;
+    }
+  }
 
   async claim(key: string, fingerprint: Uint8Array, principal: string): Promise<Claim> {
     const now = this.now();
@@ -79,49 +106,148 @@ export class MemoryStore implements Store {
     if (this.holding(key, owner) !== undefined) this.drop(key);
   }
 
-  /** The first completion of a running key for this request wins; any other is fenced off. */
-  completed(key: string, fingerprint: Uint8Array, outcome: string): boolean {
+  /** The record still running `key` for this request, which a completion may complete; else it is fenced off. */
+  completable(key: string, fingerprint: Uint8Array): MemoryRecord | undefined {
     const record = this.records.get(key);
-    if (record?.status !== "running" || !same(record.fingerprint, fingerprint)) return false;
-    Object.assign(record, { status: "completed", outcome, owner: null, deadline: this.now() + this.limits.retention * 1000 });
-    return true;
+    return record?.status === "running" && same(record.fingerprint, fingerprint) ? record : undefined;
   }
 
   begin(): Transaction {
     return new MemoryTransaction(this);
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    this.data.close();
+  }
 }
 
+/** The tool's statements, in a transaction of the private database begun at the first of them and held to the end.
+ * The record's completion is checked as it commits, in the same turn of the event loop, so nothing completes the
+ * key in between: a fenced completion rolls back every statement with it. */
 class MemoryTransaction implements Transaction {
+  savepoints: string[] = [];
+  unsent = 0; // how many of the innermost savepoints have not yet begun
+  count = 0;
+  begun = false; // BEGIN ran: this unit of work holds the store's turn until it ends
+  ended = false; // committed or rolled back: a statement still coming (a run past its deadline) opens nothing
+  failure: unknown = null;
   completion: [string, Uint8Array, string] | null = null;
-  savepoints = 0;
 
   constructor(readonly store: MemoryStore) {}
 
-  async execute(): Promise<number> {
-    throw new Error(NO_SQL);
+  /** Run `statement` after BEGIN and any savepoint not yet sent. A failure of the store is latched (every later
+   * statement and the commit refuse); an error of the tool's own statement is the tool's, thrown as it is. */
+  async run<T>(statement: (db: Db) => T): Promise<T> {
+    if (this.failure !== null) throw failed(this.failure);
+    if (this.ended) throw new StoreUnavailable("memory: this unit of work has ended");
+    const db = this.store.data;
+    try {
+      if (!this.begun) await this.begin();
+      else if (!db.inTransaction) throw new StoreUnavailable(ROLLED_BACK);
+      for (const name of this.pending()) db.exec(`SAVEPOINT ${name}`);
+      return statement(db);
+    } catch (error) {
+      if (!(error instanceof StoreUnavailable) && !storeFailure(error)) throw error;
+      this.failure = error;
+      throw failed(error);
+    }
   }
 
-  async fetchall(): Promise<Row[]> {
-    throw new Error(NO_SQL);
+  /** Wait for the store's turn, then BEGIN; a unit of work ended while it waited takes nothing. */
+  async begin(): Promise<void> {
+    const { store } = this;
+    await store.turn.take(waitOf(store.limits), WRITER_TAKEN);
+    try {
+      if (this.ended) throw new StoreUnavailable("memory: this unit of work has ended");
+      store.data.exec("BEGIN");
+    } catch (error) {
+      store.turn.release();
+      throw error;
+    }
+    this.begun = true;
+  }
+
+  /** The SAVEPOINT names asked for since the last statement, now counted as begun. */
+  pending(): string[] {
+    const names = this.savepoints.slice(this.savepoints.length - this.unsent);
+    this.unsent = 0;
+    return names;
+  }
+
+  async execute(sql: string, ...args: unknown[]): Promise<number> {
+    return this.run((db) => changedRows(db, sql, args));
+  }
+
+  async fetchall(sql: string, ...args: unknown[]): Promise<Row[]> {
+    return this.run((db) => rowsOf(db, sql, args));
   }
 
   savepoint(): string {
-    this.savepoints += 1;
-    return `nested_${this.savepoints}`;
+    this.count += 1;
+    const name = `nested_${this.count}`;
+    this.savepoints.push(name);
+    this.unsent += 1;
+    return name;
   }
 
-  async endSavepoint(): Promise<void> {}
+  async endSavepoint(name: string, failedInside: boolean): Promise<void> {
+    this.savepoints.splice(this.savepoints.indexOf(name), 1);
+    if (this.unsent > 0) this.unsent -= 1; // never begun: nothing ran inside it, nothing to undo
+    else if (failedInside && this.failure === null) await this.run((db) => db.exec(`ROLLBACK TO SAVEPOINT ${name}`));
+  }
 
   complete(key: string, fingerprint: Uint8Array, outcome: string): void {
     this.completion = [key, fingerprint, outcome];
   }
 
+  /** The completion kept with every statement, or fenced off with them all. False when fenced off. No `await` from
+   * the record's check to its completion: on one event loop, nothing else completes or takes the key meanwhile. */
   async commit(): Promise<boolean> {
-    return this.completion === null || this.store.completed(...this.completion);
+    try {
+      if (this.failure !== null) throw failed(this.failure); // a unit of work that failed part way commits nothing
+      if (!this.begun && this.completion === null) return true;
+      if (this.ended) throw new StoreUnavailable("memory: this unit of work has ended");
+      const db = this.store.data;
+      if (this.begun && !db.inTransaction) throw new StoreUnavailable(ROLLED_BACK);
+      const record = this.completion === null ? undefined : this.store.completable(this.completion[0], this.completion[1]);
+      if (this.completion !== null && record === undefined) {
+        if (this.begun) db.exec("ROLLBACK"); // the key no longer runs for this request: nothing of this unit is kept
+        return false;
+      }
+      if (this.begun) db.exec("COMMIT"); // before the record changes: a failed COMMIT leaves the key running
+      if (record !== undefined) {
+        const { now, limits } = this.store;
+        Object.assign(record, { status: "completed", outcome: this.completion![2], owner: null,
+          deadline: now() + limits.retention * 1000 }); // the window opens at completion
+      }
+      return true;
+    } catch (error) {
+      throw failed(error);
+    } finally {
+      this.letGo();
+    }
   }
 
-  async rollback(): Promise<void> {}
+  /** Every statement undone. */
+  async rollback(): Promise<void> {
+    try {
+      if (this.begun && this.store.data.inTransaction) this.store.data.exec("ROLLBACK");
+    } catch (error) {
+      throw failed(error);
+    } finally {
+      this.letGo();
+    }
+  }
+
+  /** Whatever happened, the unit of work is over and the tools' tables free for the next. */
+  letGo(): void {
+    this.ended = true;
+    if (!this.begun) return;
+    this.begun = false;
+    try {
+      if (this.store.data.inTransaction) this.store.data.exec("ROLLBACK"); // the ending failed part way
+    } finally {
+      this.store.turn.release();
+    }
+  }
 }

@@ -39,7 +39,7 @@ export function limitsOf(options: StoreOptions): Limits {
 export async function openStore(options: StoreOptions): Promise<Store> {
   const url = options.store ?? "memory";
   const limits = limitsOf(options);
-  if (url === "memory") return new MemoryStore(limits);
+  if (url === "memory") return new MemoryStore(limits, Date.now, options.tables);
   if (url.startsWith("sqlite:") && url.length > "sqlite:".length) return SQLiteStore.open(url.slice("sqlite:".length), limits, options.tables);
   if (url.startsWith("postgresql://") || url.startsWith("postgres://")) return PostgresStore.open(url, limits, options.tables);
   throw new Error(`unknown store ${JSON.stringify(url)}: use memory, sqlite:PATH or postgresql://USER@HOST/DATABASE`);

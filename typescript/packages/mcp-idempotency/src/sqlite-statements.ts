@@ -1,6 +1,7 @@
 // The Python library's SQLite statements (stores/sqlite.py), as it spells them; a tool's statements on a connection,
-// and which errors are the store's own, as stores/sql.py has them. test/sqlite.test.ts reads both files and holds the
-// statements and the store's failures equal to them.
+// the tools' own tables made, and which errors are the store's own, as stores/sql.py has them: the SQLite store's, and
+// the memory store's, whose tools' tables are a private SQLite database. test/sqlite.test.ts reads both Python files
+// and holds the statements and the store's failures equal to them.
 
 import type Database from "libsql";
 import type { Row } from "./stores.js";
@@ -122,4 +123,39 @@ export function rowsOf(db: Db, sql: string, args: unknown[]): Row[] {
     return [];
   }
   return statement.raw().all(bound(args)) as Row[];
+}
+
+/** A start the store refuses, in one line that names the fix. */
+export class Misconfigured extends Error {}
+
+/** A driver error's message, for one line. */
+export function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The tools' own schema statements in one write transaction, run a second time and undone, so that one that would
+ * fail on the next start fails now (as sql.py's create_tables). */
+export function createTables(db: Db, tables: readonly string[]): void {
+  db.exec("BEGIN IMMEDIATE");
+  try {
+    for (const again of [false, true]) {
+      db.exec("SAVEPOINT again");
+      tables.forEach((statement, index) => {
+        try {
+          db.exec(sqliteText(statement));
+        } catch (error) {
+          if (storeFailure(error)) throw error;
+          const why = messageOf(error);
+          throw new Misconfigured(again
+            ? `the tools' table statement ${index + 1} would fail on the next start (${why}): let it allow for what `
+              + "it made before (CREATE TABLE IF NOT EXISTS, INSERT ... WHERE NOT EXISTS)"
+            : `the tools' table statement ${index + 1} failed (${why}): correct it`);
+        }
+      });
+    }
+    db.exec("ROLLBACK TO SAVEPOINT again"); // the second run: only a rehearsal of the next start
+    db.exec("COMMIT");
+  } finally {
+    if (db.inTransaction) db.exec("ROLLBACK");
+  }
 }

@@ -13,14 +13,12 @@ import { spawn } from "node:child_process";
 import { closeSync, existsSync, openSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import Database from "libsql";
-import { CLAIM, COMPLETE, COUNT, COUNTED, type Db, HOLDER, IS_NEW, PURGE, RELEASE, RENEW, RUNNING, SCHEMA,
-  SCHEMA_VERSION, SHARE_EXCEEDED, changedRows, codeOf, row, rowsOf, sqliteText, storeFailure } from "./sqlite-statements.js";
+import { CLAIM, COMPLETE, COUNT, COUNTED, type Db, HOLDER, IS_NEW, Misconfigured, PURGE, RELEASE, RENEW, RUNNING,
+  SCHEMA, SCHEMA_VERSION, SHARE_EXCEEDED, changedRows, codeOf, createTables, messageOf, row, rowsOf, storeFailure }
+  from "./sqlite-statements.js";
 import { type Claim, type Limits, type Row, type Store, StoreUnavailable, type Transaction, mayTake, newOwner }
   from "./stores.js";
-
-// The longest any write waits for the file, as the Python library's LONGEST_WAIT: a unit of work that waited most of
-// its lease would find its key taken over anyway; failing sooner gives the key back while the client still retries.
-const LONGEST_WAIT = 10;
+import { LONGEST_WAIT, Turn, waitOf } from "./turn.js";
 
 const BUSY = [5, 6];
 
@@ -33,14 +31,6 @@ const WHOLE = "unit_of_work"; // the savepoint every unit of work begins with, s
 /** A store failure, named for the log. */
 function failed(error: unknown): StoreUnavailable {
   return error instanceof StoreUnavailable ? error : new StoreUnavailable(`SQLite: ${messageOf(error)}`);
-}
-
-/** A start the store refuses, in one line that names the fix. */
-class Misconfigured extends Error {}
-
-/** How long a write may wait for the file, as the Python library's Limits.wait. */
-function waitOf(limits: Limits): number {
-  return Math.min(LONGEST_WAIT, limits.lease / 3);
 }
 
 const sleep = (ms: number) => new Promise((done) => setTimeout(done, ms));
@@ -59,11 +49,6 @@ async function immediately<T>(db: Db, seconds: number, work: () => T): Promise<T
     await sleep(pause);
   }
   return work();
-}
-
-/** A driver error's message, for one line. */
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 /** A connection that may wait as it is set up (another process opening or closing the file holds it a moment), then
@@ -110,33 +95,6 @@ function foundVersion(db: Db): number {
   return version || Math.min(tables, 1);
 }
 
-/** The tools' own schema statements in one write transaction, run a second time and undone, so that one that would
- * fail on the next start fails now (as sql.py's create_tables). */
-function createTables(db: Db, tables: readonly string[]): void {
-  db.exec("BEGIN IMMEDIATE");
-  try {
-    for (const again of [false, true]) {
-      db.exec("SAVEPOINT again");
-      tables.forEach((statement, index) => {
-        try {
-          db.exec(sqliteText(statement));
-        } catch (error) {
-          if (storeFailure(error)) throw error;
-          const why = messageOf(error);
-          throw new Misconfigured(again
-            ? `the tools' table statement ${index + 1} would fail on the next start (${why}): let it allow for what `
-              + "it made before (CREATE TABLE IF NOT EXISTS, INSERT ... WHERE NOT EXISTS)"
-            : `the tools' table statement ${index + 1} failed (${why}): correct it`);
-        }
-      });
-    }
-    db.exec("ROLLBACK TO SAVEPOINT again"); // the second run: only a rehearsal of the next start
-    db.exec("COMMIT");
-  } finally {
-    if (db.inTransaction) db.exec("ROLLBACK");
-  }
-}
-
 /** Create the file and its tables once, however many processes start at once, then the tools' own; refuse, in one
  * line, a missing folder, or a file that holds another version's tables or none can hold. */
 async function createSchema(path: string, tables: readonly string[]): Promise<void> {
@@ -167,33 +125,6 @@ async function createSchema(path: string, tables: readonly string[]): Promise<vo
   } catch (error) {
     if (error instanceof Misconfigured) throw error;
     throw new Misconfigured(`the SQLite file ${path} cannot be opened (${messageOf(error)}): ${OTHERWISE}`);
-  }
-}
-
-/** A lock taken in turn, waiting a bounded time: else the store is unavailable, for `why`. */
-class Turn {
-  held = false;
-  readonly queue: (() => void)[] = [];
-
-  async take(seconds: number, why: string): Promise<void> {
-    if (!this.held) {
-      this.held = true;
-      return;
-    }
-    await new Promise<void>((done, refused) => {
-      const next = () => { clearTimeout(timer); done(); };
-      const timer = setTimeout(() => {
-        this.queue.splice(this.queue.indexOf(next), 1);
-        refused(new StoreUnavailable(why));
-      }, seconds * 1000);
-      this.queue.push(next);
-    });
-  }
-
-  release(): void {
-    const next = this.queue.shift();
-    if (next === undefined) this.held = false;
-    else next(); // handed on: still held
   }
 }
 
