@@ -11,8 +11,8 @@
 // in one unit of work with the tool's own writes, the claim's lease renewed while it runs.
 
 import { AsyncLocalStorage } from "node:async_hooks";
-import type { JSONRPCMessage, JSONRPCRequest, MessageExtraInfo, RequestId, ServerLike, Transport, TransportSendOptions }
-  from "./sdk.js";
+import type { JSONRPCErrorResponse, JSONRPCMessage, JSONRPCRequest, JSONRPCResultResponse, MessageExtraInfo, RequestId,
+  ServerLike, Transport, TransportSendOptions } from "./sdk.js";
 import { registryOf } from "./sdk.js";
 import * as rules from "./rules.js";
 import type { Json, Placement, Principal, RejectionType } from "./rules.js";
@@ -38,7 +38,8 @@ interface Run {
   fingerprint: Uint8Array;
   owner: string;
   tx: Transaction;
-  deadline: NodeJS.Timeout;
+  due: number; // performance.now() at which its deadline passes
+  stop: () => void; // end it at its deadline: its transport's pastDeadline
   cancelled: boolean;
 }
 
@@ -63,13 +64,16 @@ function modern(params: object): boolean {
 
 /** Python's repr of a key, so that the log reads as the Python library's (`key='k'`). */
 function repr(text: string): string {
+  if (!text.includes("'") && !text.includes("\\")) return `'${text}'`; // a UUID, as most keys are: nothing to escape
   return `'${text.replaceAll("\\", "\\\\").replaceAll("'", "\\'")}'`;
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /** Would the SDK accept these tools/call params? If not, it answers them itself and nothing runs. */
 function wellFormed(params: unknown): params is { name: string; arguments?: { [member: string]: Json }; [m: string]: unknown } {
-  const isObject = (value: unknown): value is Record<string, unknown> =>
-    typeof value === "object" && value !== null && !Array.isArray(value);
   return isObject(params) && typeof params.name === "string" && (params.arguments === undefined || isObject(params.arguments));
 }
 
@@ -78,6 +82,7 @@ export class Idempotency {
   readonly running = new Map<string, Run>(); // the store key of every claim run here
   readonly context = new AsyncLocalStorage<Run>();
   readonly renewals: NodeJS.Timeout;
+  deadlines: NodeJS.Timeout | undefined; // set for the soonest deadline of the runs here, if any
   readonly placement: Placement;
   readonly deadline: number;
   readonly maxKeyLength: number;
@@ -105,6 +110,7 @@ export class Idempotency {
 
   async close(): Promise<void> {
     clearInterval(this.renewals);
+    clearTimeout(this.deadlines);
     await this.store.close();
   }
 
@@ -160,6 +166,33 @@ export class Idempotency {
     }
   }
 
+  /** A claimed run starts here. Its deadline is kept by one timer for every run, not a timer each: every run has
+   * the same deadline, so the timer is set for the soonest and moved on only when it passes. */
+  started(run: Run): void {
+    this.running.set(run.storeKey, run);
+    if (this.deadlines === undefined) this.deadlines = setTimeout(() => this.stopOverdue(), this.deadline * 1000);
+    else if (this.running.size === 1) this.deadlines.ref();
+  }
+
+  /** A run is over: recorded, or stopped. With no run left, the timer no longer keeps the process alive. */
+  ended(run: Run): void {
+    if (this.running.get(run.storeKey) === run) this.running.delete(run.storeKey);
+    if (this.running.size === 0) this.deadlines?.unref();
+  }
+
+  /** The timer's beat: every run past its deadline is stopped; the timer is set again for the soonest left. */
+  stopOverdue(): void {
+    this.deadlines = undefined;
+    const now = performance.now();
+    let soonest = Infinity;
+    for (const run of [...this.running.values()]) {
+      if (run.due <= now) run.stop();
+      else soonest = Math.min(soonest, run.due);
+    }
+    // A timer may fire a fraction of a millisecond before performance.now() says it is due: then a millisecond on.
+    if (soonest !== Infinity) this.deadlines = setTimeout(() => this.stopOverdue(), Math.max(1, Math.ceil(soonest - now)));
+  }
+
   renewAll(): void {
     for (const run of this.running.values()) {
       this.store.renew(run.storeKey, run.owner).then(
@@ -199,7 +232,7 @@ export class Idempotency {
 /** One SDK transport with the layer in front: every raw message passes here before the SDK parses it. */
 export class Keyed<Inner extends Transport> implements Transport {
   readonly runs = new Map<RequestId, Run>(); // JSON-RPC id -> its claimed run, until its outcome is recorded
-  idle: Promise<void> = Promise.resolve();
+  waiting: Promise<void> | undefined; // what idle gave while runs were left, until they are all recorded
   settle: () => void = () => {};
   onmessage?: (message: JSONRPCMessage, extra?: MessageExtraInfo) => void;
   onclose?: () => void;
@@ -216,6 +249,20 @@ export class Keyed<Inner extends Transport> implements Transport {
 
   async close(): Promise<void> {
     await this.inner.close();
+  }
+
+  /** Settled once every keyed run here has its outcome recorded (made only when asked for, as few callers ask). */
+  get idle(): Promise<void> {
+    if (this.runs.size === 0) return Promise.resolve();
+    this.waiting ??= new Promise((resolve) => { this.settle = resolve; });
+    return this.waiting;
+  }
+
+  /** No keyed run is left here: whoever waits for idle goes on. */
+  settled(): void {
+    if (this.runs.size > 0 || this.waiting === undefined) return;
+    this.waiting = undefined;
+    this.settle();
   }
 
   get sessionId(): string | undefined {
@@ -241,9 +288,9 @@ export class Keyed<Inner extends Transport> implements Transport {
     const run = id === undefined ? undefined : this.runs.get(id);
     if (id === undefined || run === undefined) return this.inner.send(message, options);
     this.runs.delete(id);
-    const answer = await this.record(run, message);
-    if (this.runs.size === 0) this.settle();
-    if (!run.cancelled) await this.inner.send({ jsonrpc: "2.0", id, ...answer } as JSONRPCMessage, options);
+    const answer = await this.record(run, message as JSONRPCResultResponse | JSONRPCErrorResponse);
+    this.settled();
+    if (!run.cancelled) await this.inner.send(answer, options);
   }
 
   /** A raw message from the client: a tools/call is decided here; anything else goes to the SDK as it is. */
@@ -295,36 +342,40 @@ export class Keyed<Inner extends Transport> implements Transport {
     if (claim.kind === "held") return this.reply(message, keys.answer(claim, fingerprint, key, params.name, modern(params)));
     keys.log(`claimed: key=${repr(key)} tool=${params.name}`);
     const run: Run = { key, storeKey, fingerprint, owner: claim.owner, tx: keys.store.begin(), cancelled: false,
-      deadline: setTimeout(() => void this.pastDeadline(message, run), keys.deadline * 1000) };
+      due: performance.now() + keys.deadline * 1000, stop: () => void this.pastDeadline(message, run) };
     this.runs.set(message.id, run);
-    keys.running.set(storeKey, run);
-    this.idle = new Promise((resolve) => { this.settle = resolve; });
+    keys.started(run);
     keys.context.run(run, () => this.onmessage?.(message, extra));
   }
 
-  /** The run's outcome, recorded with the tool's writes in one commit: what the client is told. */
-  async record(run: Run, message: JSONRPCMessage): Promise<{ result: object } | { error: object }> {
+  /** The run's outcome, recorded with the tool's writes in one commit: the response the client is sent. */
+  async record(run: Run, message: JSONRPCResultResponse | JSONRPCErrorResponse): Promise<JSONRPCMessage> {
     const { keys } = this;
-    clearTimeout(run.deadline);
-    keys.running.delete(run.storeKey);
-    const outcome = "result" in message
-      ? { result: { ...message.result, _meta: { ...message.result._meta, [rules.ACKNOWLEDGEMENT]: rules.acknowledgement(run.key) } } }
-      : { error: (message as { error: object }).error };
-    // Kept as the Python library keeps an outcome, a result naming its type, so either language replays it.
-    const kept = "result" in outcome ? { result: { ...outcome.result, resultType: "complete" } } : outcome;
+    keys.ended(run);
+    let answer: JSONRPCMessage = message; // an error is sent as the SDK made it
+    let kept: string;
+    if ("result" in message) {
+      // The acknowledgement goes on a copy: the result may be an object the tool hands out again.
+      const result = { ...message.result, _meta: { ...message.result._meta, [rules.ACKNOWLEDGEMENT]: rules.acknowledgement(run.key) } };
+      answer = { jsonrpc: "2.0", id: message.id, result };
+      // Kept as the Python library keeps an outcome, a result naming its type, so either language replays it.
+      kept = JSON.stringify({ result: { ...result, resultType: "complete" } });
+    } else {
+      kept = JSON.stringify({ error: message.error });
+    }
     try {
-      run.tx.complete(run.storeKey, run.fingerprint, JSON.stringify(kept));
+      run.tx.complete(run.storeKey, run.fingerprint, kept);
       if (await run.tx.commit()) {
         keys.log(`recorded: key=${repr(run.key)}`);
-        return outcome;
+        return answer;
       }
       // This instance lost its lease and a retry completed first: its writes were rolled back.
       keys.log(`lease lost: key=${repr(run.key)}, its writes rolled back`);
-      return { error: rules.rejection(rules.IN_PROGRESS, run.key) };
+      return { jsonrpc: "2.0", id: message.id, error: rules.rejection(rules.IN_PROGRESS, run.key) };
     } catch (error) {
       await this.giveBack(run);
       keys.log(`store unavailable: key=${repr(run.key)}, nothing recorded (${String(error)})`);
-      return { error: rules.rejection(rules.STORE_UNAVAILABLE, run.key) };
+      return { jsonrpc: "2.0", id: message.id, error: rules.rejection(rules.STORE_UNAVAILABLE, run.key) };
     }
   }
 
@@ -333,7 +384,7 @@ export class Keyed<Inner extends Transport> implements Transport {
   async pastDeadline(message: JSONRPCRequest, run: Run): Promise<void> {
     if (this.runs.get(message.id) !== run) return;
     this.runs.delete(message.id);
-    this.keys.running.delete(run.storeKey);
+    this.keys.ended(run);
     this.onmessage?.({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: message.id, reason: "deadline" } });
     await run.tx.rollback().catch(() => {});
     const failure = { error: DEADLINE_PASSED(this.keys.deadline) };
@@ -348,7 +399,7 @@ export class Keyed<Inner extends Transport> implements Transport {
       this.keys.log(`store unavailable: key=${repr(run.key)}, nothing recorded (${String(error)})`);
       answer = { error: rules.rejection(rules.STORE_UNAVAILABLE, run.key) };
     }
-    if (this.runs.size === 0) this.settle();
+    this.settled();
     if (!run.cancelled) await this.reply(message, answer);
   }
 

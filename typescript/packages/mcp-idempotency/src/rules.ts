@@ -92,7 +92,8 @@ export function canonical(value: Json): string {
  * and absent arguments count as {}.
  */
 export function fingerprint(tool: string, args: { [member: string]: Json } | null | undefined): Uint8Array {
-  return blake2b(new TextEncoder().encode(canonical([tool, args ?? {}])), { dkLen: 32 });
+  // Buffer.from is UTF-8, as TextEncoder is, in a tenth of its time on a short text.
+  return blake2b(Buffer.from(canonical([tool, args ?? {}]), "utf8"), { dkLen: 32 });
 }
 
 /**
@@ -115,9 +116,16 @@ export const ONE_TENANT: Principal = ["one tenant"];
 
 /** Python's json.dumps of a list of strings: ", " between items, every non-ASCII character escaped. */
 function pythonJsonList(items: readonly string[]): string {
-  const escaped = items.map((item) => JSON.stringify(item).replace(/[\u0080-\uffff]/g,
-    (unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, "0")}`));
-  return `[${escaped.join(", ")}]`;
+  return `[${items.map(pythonJsonString).join(", ")}]`;
+}
+
+const NON_ASCII = /[\u0080-\uffff]/g;
+
+/** One string as Python's json.dumps writes it; most keys and principals are ASCII, with nothing to escape. */
+function pythonJsonString(item: string): string {
+  const json = JSON.stringify(item);
+  return /[^\u0000-\u007f]/.test(json)
+    ? json.replace(NON_ASCII, (unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, "0")}`) : json;
 }
 
 /** A principal as the store knows it, for its share of the store. */

@@ -180,4 +180,19 @@ describe("a run's time", () => {
     expect(again.message).toBe(error.message);
     expect(effects.count).toBe(before);
   });
+  it("each run is stopped at its own deadline, counted from its own start, while one that ends in time is recorded", async () => {
+    const { client } = await connected({ deadline: 0.2 });
+    const started = performance.now();
+    const first = refusal(call(client, "slow", { ms: 1000 }, "a")).then((error) => [error, performance.now() - started] as const);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const second = refusal(call(client, "slow", { ms: 1000 }, "b")).then((error) => [error, performance.now() - started] as const);
+    const quick = await call(client, "slow", { ms: 10 }, "c"); // started after both, ends before either deadline
+    expect(quick.content).toEqual([{ type: "text", text: "slow done" }]);
+    const [[firstError, firstAt], [secondError, secondAt]] = await Promise.all([first, second]);
+    expect(firstError.message).toContain("was stopped");
+    expect(secondError.message).toContain("was stopped");
+    expect(firstAt).toBeGreaterThanOrEqual(190);
+    expect(firstAt).toBeLessThan(secondAt);
+    expect(secondAt).toBeGreaterThanOrEqual(290);
+  });
 });
