@@ -5,8 +5,8 @@
 
 import Database from "libsql";
 import { type Db, changedRows, createTables, messageOf, rowsOf, storeFailure } from "./sqlite-statements.js";
-import { type Claim, type Limits, type Row, type Store, StoreUnavailable, type Transaction, mayTake, newOwner, same }
-  from "./stores.js";
+import { BaseTransaction, type Claim, type Completion, type Limits, type Row, type Store, StoreUnavailable,
+  type Transaction, mayTake, newOwner, same } from "./stores.js";
 import { Turn, waitOf } from "./turn.js";
 
 // Said when a unit of work waits past the store's wait for another to let go of the tools' tables.
@@ -124,33 +124,24 @@ export class MemoryStore implements Store {
 /** The tool's statements, in a transaction of the private database begun at the first of them and held to the end.
  * The record's completion is checked as it commits, in the same turn of the event loop, so nothing completes the
  * key in between: a fenced completion rolls back every statement with it. */
-class MemoryTransaction implements Transaction {
-  savepoints: string[] = [];
-  unsent = 0; // how many of the innermost savepoints have not yet begun
-  count = 0;
+class MemoryTransaction extends BaseTransaction<Db> {
   begun = false; // BEGIN ran: this unit of work holds the store's turn until it ends
-  ended = false; // committed or rolled back: a statement still coming (a run past its deadline) opens nothing
-  failure: unknown = null;
-  completion: [string, Uint8Array, string] | null = null;
 
-  constructor(readonly store: MemoryStore) {}
+  constructor(readonly store: MemoryStore) {
+    super("memory");
+  }
 
-  /** Run `statement` after BEGIN and any savepoint not yet sent. A failure of the store is latched (every later
-   * statement and the commit refuse); an error of the tool's own statement is the tool's, thrown as it is. */
-  async run<T>(statement: (db: Db) => T): Promise<T> {
-    if (this.failure !== null) throw failed(this.failure);
-    if (this.ended) throw new StoreUnavailable("memory: this unit of work has ended");
+  /** The store's failures: its own (the turn not given, SQLite's rollback) and SQLite's; any other is the tool's. */
+  protected failureOf(error: unknown): StoreUnavailable | null {
+    return error instanceof StoreUnavailable || storeFailure(error) ? failed(error) : null;
+  }
+
+  protected async send<T>(statement: (db: Db) => T | Promise<T>): Promise<T> {
     const db = this.store.data;
-    try {
-      if (!this.begun) await this.begin();
-      else if (!db.inTransaction) throw new StoreUnavailable(ROLLED_BACK);
-      for (const name of this.pending()) db.exec(`SAVEPOINT ${name}`);
-      return statement(db);
-    } catch (error) {
-      if (!(error instanceof StoreUnavailable) && !storeFailure(error)) throw error;
-      this.failure = error;
-      throw failed(error);
-    }
+    if (!this.begun) await this.begin();
+    else if (!db.inTransaction) throw new StoreUnavailable(ROLLED_BACK);
+    for (const name of this.pending()) db.exec(`SAVEPOINT ${name}`);
+    return statement(db);
   }
 
   /** Wait for the store's turn, then BEGIN; a unit of work ended while it waited takes nothing. */
@@ -158,20 +149,13 @@ class MemoryTransaction implements Transaction {
     const { store } = this;
     await store.turn.take(waitOf(store.limits), WRITER_TAKEN);
     try {
-      if (this.ended) throw new StoreUnavailable("memory: this unit of work has ended");
+      if (this.ended) throw this.hasEnded();
       store.data.exec("BEGIN");
     } catch (error) {
       store.turn.release();
       throw error;
     }
     this.begun = true;
-  }
-
-  /** The SAVEPOINT names asked for since the last statement, now counted as begun. */
-  pending(): string[] {
-    const names = this.savepoints.slice(this.savepoints.length - this.unsent);
-    this.unsent = 0;
-    return names;
   }
 
   async execute(sql: string, ...args: unknown[]): Promise<number> {
@@ -182,42 +166,21 @@ class MemoryTransaction implements Transaction {
     return this.run((db) => rowsOf(db, sql, args));
   }
 
-  savepoint(): string {
-    this.count += 1;
-    const name = `nested_${this.count}`;
-    this.savepoints.push(name);
-    this.unsent += 1;
-    return name;
-  }
-
-  async endSavepoint(name: string, failedInside: boolean): Promise<void> {
-    this.savepoints.splice(this.savepoints.indexOf(name), 1);
-    if (this.unsent > 0) this.unsent -= 1; // never begun: nothing ran inside it, nothing to undo
-    else if (failedInside && this.failure === null) await this.run((db) => db.exec(`ROLLBACK TO SAVEPOINT ${name}`));
-  }
-
-  complete(key: string, fingerprint: Uint8Array, outcome: string): void {
-    this.completion = [key, fingerprint, outcome];
-  }
-
   /** The completion kept with every statement, or fenced off with them all. False when fenced off. No `await` from
    * the record's check to its completion: on one event loop, nothing else completes or takes the key meanwhile. */
-  async commit(): Promise<boolean> {
+  protected async finish(completion: Completion | null): Promise<boolean> {
     try {
-      if (this.failure !== null) throw failed(this.failure); // a unit of work that failed part way commits nothing
-      if (!this.begun && this.completion === null) return true;
-      if (this.ended) throw new StoreUnavailable("memory: this unit of work has ended");
       const db = this.store.data;
       if (this.begun && !db.inTransaction) throw new StoreUnavailable(ROLLED_BACK);
-      const record = this.completion === null ? undefined : this.store.completable(this.completion[0], this.completion[1]);
-      if (this.completion !== null && record === undefined) {
+      const record = completion === null ? undefined : this.store.completable(completion.key, completion.fingerprint);
+      if (completion !== null && record === undefined) {
         if (this.begun) db.exec("ROLLBACK"); // the key no longer runs for this request: nothing of this unit is kept
         return false;
       }
       if (this.begun) db.exec("COMMIT"); // before the record changes: a failed COMMIT leaves the key running
       if (record !== undefined) {
         const { now, limits } = this.store;
-        Object.assign(record, { status: "completed", outcome: this.completion![2], owner: null,
+        Object.assign(record, { status: "completed", outcome: completion!.outcome, owner: null,
           deadline: now() + limits.retention * 1000 }); // the window opens at completion
       }
       return true;
@@ -229,9 +192,9 @@ class MemoryTransaction implements Transaction {
   }
 
   /** Every statement undone. */
-  async rollback(): Promise<void> {
+  protected async abandon(): Promise<void> {
     try {
-      if (this.begun && this.store.data.inTransaction) this.store.data.exec("ROLLBACK");
+      if (this.store.data.inTransaction) this.store.data.exec("ROLLBACK");
     } catch (error) {
       throw failed(error);
     } finally {
@@ -240,7 +203,7 @@ class MemoryTransaction implements Transaction {
   }
 
   /** Whatever happened, the unit of work is over and the tools' tables free for the next. */
-  letGo(): void {
+  protected letGo(): void {
     this.ended = true;
     if (!this.begun) return;
     this.begun = false;

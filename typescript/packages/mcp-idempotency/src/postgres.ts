@@ -4,7 +4,8 @@
 
 import { readFileSync } from "node:fs";
 import pg from "pg";
-import { type Claim, type Limits, type Row, type Store, StoreUnavailable, type Transaction, newOwner } from "./stores.js";
+import { BaseTransaction, type Claim, type Completion, type Limits, type Row, type Store, StoreUnavailable,
+  type Transaction, newOwner } from "./stores.js";
 
 const SCHEMA_VERSION = 3;
 const sql = (name: string) => readFileSync(new URL(`../sql/${name}`, import.meta.url), "utf8");
@@ -128,75 +129,57 @@ export class PostgresStore implements Store {
 }
 
 /** A pooled connection and BEGIN at the first statement: every statement inside it, or none. */
-class PostgresTransaction implements Transaction {
+class PostgresTransaction extends BaseTransaction<pg.PoolClient> {
   db: pg.PoolClient | null = null;
-  savepoints: string[] = [];
-  unsent = 0; // how many of the innermost savepoints have not yet begun
-  count = 0;
-  failure: unknown = null;
-  completion: [string, Uint8Array, string] | null = null;
-  ended = false; // committed or rolled back: a statement still coming (a run past its deadline) opens nothing
 
-  constructor(readonly store: PostgresStore) {}
+  constructor(readonly store: PostgresStore) {
+    super("PostgreSQL");
+  }
 
-  /** Run `text` in this unit of work, after BEGIN and any savepoint not yet sent. */
-  async run(text: string, values: unknown[]): Promise<pg.QueryResult<Row>> {
-    if (this.failure !== null) throw failed(this.failure);
-    if (this.ended) throw new StoreUnavailable("PostgreSQL: this unit of work has ended");
-    try {
-      if (this.db === null) {
-        this.db = await this.store.pool.connect();
-        await this.db.query(["BEGIN ISOLATION LEVEL READ COMMITTED", ...this.pending()].join("; "));
-      } else if (this.unsent > 0) {
-        await this.db.query(this.pending().join("; "));
-      }
-      return await this.db.query<Row>({ text, values, rowMode: "array" }); // columns by position: names may repeat
-    } catch (error) {
-      if (toolsOwn(error)) throw error;
-      this.failure = error;
-      throw failed(error);
+  /** A connection is held from the first statement (its BEGIN included) until the end gives it back. */
+  get begun(): boolean {
+    return this.db !== null;
+  }
+
+  /** Every error is the store's but the tool's own statement's (a constraint, a bad value). */
+  protected failureOf(error: unknown): StoreUnavailable | null {
+    return toolsOwn(error) ? null : failed(error);
+  }
+
+  /** BEGIN and the pending savepoints in one trip with the first statement's connection; later savepoints in one. */
+  protected async send<T>(statement: (db: pg.PoolClient) => T | Promise<T>): Promise<T> {
+    if (this.db === null) {
+      this.db = await this.store.pool.connect();
+      await this.db.query(["BEGIN ISOLATION LEVEL READ COMMITTED", ...this.savepointsToSend()].join("; "));
+    } else if (this.unsent > 0) {
+      await this.db.query(this.savepointsToSend().join("; "));
     }
+    return statement(this.db);
   }
 
   /** The SAVEPOINT statements asked for since the last statement, now counted as begun. */
-  pending(): string[] {
-    const names = this.savepoints.slice(this.savepoints.length - this.unsent);
-    this.unsent = 0;
-    return names.map((name) => `SAVEPOINT ${name}`);
+  savepointsToSend(): string[] {
+    return this.pending().map((name) => `SAVEPOINT ${name}`);
+  }
+
+  /** One statement of this unit of work, its columns by position: names may repeat. */
+  async query(text: string, values: unknown[]): Promise<pg.QueryResult<Row>> {
+    return this.run((db) => db.query<Row>({ text, values, rowMode: "array" }));
   }
 
   async execute(text: string, ...args: unknown[]): Promise<number> {
-    return (await this.run(text, args)).rowCount ?? 0;
+    return (await this.query(text, args)).rowCount ?? 0;
   }
 
   async fetchall(text: string, ...args: unknown[]): Promise<Row[]> {
-    return (await this.run(text, args)).rows;
+    return (await this.query(text, args)).rows;
   }
 
-  savepoint(): string {
-    this.count += 1;
-    const name = `nested_${this.count}`;
-    this.savepoints.push(name);
-    this.unsent += 1;
-    return name;
-  }
-
-  async endSavepoint(name: string, failedInside: boolean): Promise<void> {
-    this.savepoints.splice(this.savepoints.indexOf(name), 1);
-    if (this.unsent > 0) this.unsent -= 1; // never begun: nothing to undo
-    else if (failedInside && this.failure === null) await this.run(`ROLLBACK TO SAVEPOINT ${name}`, []);
-  }
-
-  complete(key: string, fingerprint: Uint8Array, outcome: string): void {
-    this.completion = [key, fingerprint, outcome];
-  }
-
-  async commit(): Promise<boolean> {
+  protected async finish(completion: Completion | null): Promise<boolean> {
     try {
-      if (this.failure !== null) throw failed(this.failure); // a unit of work that failed part way commits nothing
-      if (this.completion !== null) {
-        const [key, fingerprint, outcome] = this.completion;
-        const completed = await this.run(COMPLETE, [key, Buffer.from(fingerprint), outcome, this.store.limits.retention]);
+      if (completion !== null) {
+        const { key, fingerprint, outcome } = completion;
+        const completed = await this.query(COMPLETE, [key, Buffer.from(fingerprint), outcome, this.store.limits.retention]);
         if (completed.rowCount !== 1) {
           await this.end("ROLLBACK");
           return false;
@@ -205,13 +188,18 @@ class PostgresTransaction implements Transaction {
       await this.end("COMMIT");
       return true;
     } catch (error) {
-      await this.end("ROLLBACK").catch(() => {});
+      await this.letGo();
       throw error;
     }
   }
 
-  async rollback(): Promise<void> {
+  protected async abandon(): Promise<void> {
     await this.end("ROLLBACK");
+  }
+
+  /** ROLLBACK, its own failure not said: the failure that brought it here is. */
+  protected async letGo(): Promise<void> {
+    await this.end("ROLLBACK").catch(() => {});
   }
 
   /** COMMIT or ROLLBACK, if this unit of work began; the connection goes back to the pool. */

@@ -16,8 +16,8 @@ import Database from "libsql";
 import { CLAIM, COMPLETE, COUNT, COUNTED, type Db, HOLDER, IS_NEW, Misconfigured, PURGE, RELEASE, RENEW, RUNNING,
   SCHEMA, SCHEMA_VERSION, SHARE_EXCEEDED, changedRows, codeOf, createTables, messageOf, row, rowsOf, storeFailure }
   from "./sqlite-statements.js";
-import { type Claim, type Limits, type Row, type Store, StoreUnavailable, type Transaction, mayTake, newOwner }
-  from "./stores.js";
+import { BaseTransaction, type Claim, type Completion, type Limits, type Row, type Store, StoreUnavailable,
+  type Transaction, mayTake, newOwner } from "./stores.js";
 import { LONGEST_WAIT, Turn, waitOf } from "./turn.js";
 
 const BUSY = [5, 6];
@@ -268,34 +268,25 @@ export class SQLiteStore implements Store {
 /** BEGIN IMMEDIATE at the first statement, on this process's one writer connection, held to the end. While it holds
  * the file no other process writes, so none takes a claim over: the renewals asked for meanwhile (of any claim of
  * this process) are made just before it lets go. */
-class SQLiteTransaction implements Transaction {
+class SQLiteTransaction extends BaseTransaction<Db> {
   readonly renewals = new Map<string, [string, string]>(); // (key, owner) of each claim to renew before the end
-  savepoints: string[] = [];
-  unsent = 0; // how many of the innermost savepoints have not yet begun
-  count = 0;
   begun = false;
-  ended = false; // committed or rolled back: a statement still coming (a run past its deadline) opens nothing
-  failure: unknown = null;
-  completion: [string, Uint8Array, string] | null = null;
 
-  constructor(readonly store: SQLiteStore) {}
+  constructor(readonly store: SQLiteStore) {
+    super("SQLite");
+  }
 
-  /** Run `statement` in this unit of work, after BEGIN and any savepoint not yet sent. A failure of the store is
-   * latched (every later statement and the commit refuse); an error of the tool's own statement is the tool's. */
-  async run<T>(statement: (db: Db) => T): Promise<T> {
-    if (this.failure !== null) throw failed(this.failure);
-    if (this.ended) throw new StoreUnavailable("SQLite: this unit of work has ended");
+  /** The store's failures: its own (the writer not given, SQLite's rollback) and SQLite's; any other is the tool's. */
+  protected failureOf(error: unknown): StoreUnavailable | null {
+    return error instanceof StoreUnavailable || storeFailure(error) ? failed(error) : null;
+  }
+
+  protected async send<T>(statement: (db: Db) => T | Promise<T>): Promise<T> {
     const db = this.store.writer;
-    try {
-      if (!this.begun) await this.begin();
-      else if (!db.inTransaction) throw new StoreUnavailable(ROLLED_BACK);
-      for (const name of this.pending()) db.exec(`SAVEPOINT ${name}`);
-      return statement(db);
-    } catch (error) {
-      if (!(error instanceof StoreUnavailable) && !storeFailure(error)) throw error;
-      this.failure = error;
-      throw failed(error);
-    }
+    if (!this.begun) await this.begin();
+    else if (!db.inTransaction) throw new StoreUnavailable(ROLLED_BACK);
+    for (const name of this.pending()) db.exec(`SAVEPOINT ${name}`);
+    return statement(db);
   }
 
   /** Take this process's writer, let the store's own waiting writes go first, then hold the file. */
@@ -318,13 +309,6 @@ class SQLiteTransaction implements Transaction {
     }
   }
 
-  /** The SAVEPOINT names asked for since the last statement, now counted as begun. */
-  pending(): string[] {
-    const names = this.savepoints.slice(this.savepoints.length - this.unsent);
-    this.unsent = 0;
-    return names;
-  }
-
   async execute(sql: string, ...args: unknown[]): Promise<number> {
     return this.run((db) => changedRows(db, sql, args));
   }
@@ -333,37 +317,17 @@ class SQLiteTransaction implements Transaction {
     return this.run((db) => rowsOf(db, sql, args));
   }
 
-  savepoint(): string {
-    this.count += 1;
-    const name = `nested_${this.count}`;
-    this.savepoints.push(name);
-    this.unsent += 1;
-    return name;
-  }
-
-  async endSavepoint(name: string, failedInside: boolean): Promise<void> {
-    this.savepoints.splice(this.savepoints.indexOf(name), 1);
-    if (this.unsent > 0) this.unsent -= 1; // never begun: nothing ran inside it, nothing to undo
-    else if (failedInside && this.failure === null) await this.run((db) => db.exec(`ROLLBACK TO SAVEPOINT ${name}`));
-  }
-
-  complete(key: string, fingerprint: Uint8Array, outcome: string): void {
-    this.completion = [key, fingerprint, outcome];
-  }
-
   /** The completion kept, or fenced off with every statement; the renewals; COMMIT. False when fenced off. */
-  async commit(): Promise<boolean> {
+  protected async finish(completion: Completion | null): Promise<boolean> {
     try {
-      if (this.failure !== null) throw failed(this.failure); // a unit of work that failed part way commits nothing
-      if (!this.begun && this.completion === null) return true;
       if (!this.begun) await this.run(() => undefined); // a completion with no statement before it: BEGIN for it
       const db = this.store.writer;
       if (!db.inTransaction) throw new StoreUnavailable(ROLLED_BACK);
       let applied = true;
-      if (this.completion !== null) {
-        const [key, fingerprint, outcome] = this.completion;
+      if (completion !== null) {
         const { clock, limits } = this.store;
-        const completing = { key, fingerprint: Buffer.from(fingerprint), outcome, now: clock(), retention: limits.retention };
+        const completing = { key: completion.key, fingerprint: Buffer.from(completion.fingerprint),
+          outcome: completion.outcome, now: clock(), retention: limits.retention };
         applied = db.prepare(COMPLETE).run(completing).changes === 1;
         // The key no longer runs for this request: nothing of this unit of work is kept.
         if (!applied) db.exec(`ROLLBACK TO SAVEPOINT ${WHOLE}`);
@@ -379,10 +343,10 @@ class SQLiteTransaction implements Transaction {
   }
 
   /** Every statement undone, the renewals kept, if SQLite has not rolled back already. */
-  async rollback(): Promise<void> {
+  protected async abandon(): Promise<void> {
     try {
       const db = this.store.writer;
-      if (this.begun && db.inTransaction) {
+      if (db.inTransaction) {
         db.exec(`ROLLBACK TO SAVEPOINT ${WHOLE}`);
         this.renewedIn(db);
         db.exec("COMMIT");
@@ -402,7 +366,7 @@ class SQLiteTransaction implements Transaction {
   }
 
   /** Whatever happened, the transaction is over and the writer free. */
-  letGo(): void {
+  protected letGo(): void {
     this.ended = true;
     if (!this.begun) return;
     this.begun = false;
