@@ -149,7 +149,12 @@ class PostgresTransaction extends BaseTransaction<pg.PoolClient> {
   /** BEGIN and the pending savepoints in one trip with the first statement's connection; later savepoints in one. */
   protected async send<T>(statement: (db: pg.PoolClient) => T | Promise<T>): Promise<T> {
     if (this.db === null) {
-      this.db = await this.store.pool.connect();
+      const db = await this.store.pool.connect();
+      if (this.ended) { // ended while it waited for a connection (rolled back past its deadline): give it back
+        db.release();
+        throw this.hasEnded();
+      }
+      this.db = db;
       await this.db.query(["BEGIN ISOLATION LEVEL READ COMMITTED", ...this.savepointsToSend()].join("; "));
     } else if (this.unsent > 0) {
       await this.db.query(this.savepointsToSend().join("; "));

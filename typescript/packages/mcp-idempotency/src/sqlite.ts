@@ -289,7 +289,8 @@ class SQLiteTransaction extends BaseTransaction<Db> {
     return statement(db);
   }
 
-  /** Take this process's writer, let the store's own waiting writes go first, then hold the file. */
+  /** Take this process's writer, let the store's own waiting writes go first, then hold the file; a unit of work
+   * ended while it waited (rolled back past its deadline) takes nothing, so the writer is never left held. */
   async begin(): Promise<void> {
     const { store } = this;
     const seconds = waitOf(store.limits);
@@ -298,6 +299,7 @@ class SQLiteTransaction extends BaseTransaction<Db> {
       const until = Date.now() + seconds * 1000;
       while (store.asideWaiting > 0 && Date.now() < until) await sleep(1);
       await immediately(store.writer, seconds, () => {
+        if (this.ended) throw this.hasEnded();
         store.writer.exec(`SAVEPOINT ${WHOLE}`);
         this.begun = true;
         store.holding = this;
