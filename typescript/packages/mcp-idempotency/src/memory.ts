@@ -4,9 +4,10 @@
 // record's completion in one unit of work, or roll back with it.
 
 import Database from "libsql";
-import { type Db, changedRows, createTables, messageOf, rowsOf, storeFailure } from "./sqlite-statements.js";
-import { BaseTransaction, type Claim, type Completion, type Limits, type Row, type Store, StoreUnavailable,
+import { type Db, createTables, messageOf } from "./sqlite-statements.js";
+import { type Claim, type Completion, type Limits, type Store, StoreUnavailable,
   type Transaction, mayTake, newOwner, same } from "./stores.js";
+import { SQLiteConnectionTransaction } from "./sqlite-transaction.js";
 import { Turn, waitOf } from "./turn.js";
 
 // Said when a unit of work waits past the store's wait for another to let go of the tools' tables.
@@ -124,24 +125,13 @@ export class MemoryStore implements Store {
 /** The tool's statements, in a transaction of the private database begun at the first of them and held to the end.
  * The record's completion is checked as it commits, in the same turn of the event loop, so nothing completes the
  * key in between: a fenced completion rolls back every statement with it. */
-class MemoryTransaction extends BaseTransaction<Db> {
-  begun = false; // BEGIN ran: this unit of work holds the store's turn until it ends
-
+class MemoryTransaction extends SQLiteConnectionTransaction {
   constructor(readonly store: MemoryStore) {
-    super("memory");
+    super("memory", ROLLED_BACK);
   }
 
-  /** The store's failures: its own (the turn not given, SQLite's rollback) and SQLite's; any other is the tool's. */
-  protected failureOf(error: unknown): StoreUnavailable | null {
-    return error instanceof StoreUnavailable || storeFailure(error) ? failed(error) : null;
-  }
-
-  protected async send<T>(statement: (db: Db) => T | Promise<T>): Promise<T> {
-    const db = this.store.data;
-    if (!this.begun) await this.begin();
-    else if (!db.inTransaction) throw new StoreUnavailable(ROLLED_BACK);
-    for (const name of this.pending()) db.exec(`SAVEPOINT ${name}`);
-    return statement(db);
+  protected get db(): Db {
+    return this.store.data;
   }
 
   /** Wait for the store's turn, then BEGIN; a unit of work ended while it waited takes nothing. */
@@ -156,14 +146,6 @@ class MemoryTransaction extends BaseTransaction<Db> {
       throw error;
     }
     this.begun = true;
-  }
-
-  async execute(sql: string, ...args: unknown[]): Promise<number> {
-    return this.run((db) => changedRows(db, sql, args));
-  }
-
-  async fetchall(sql: string, ...args: unknown[]): Promise<Row[]> {
-    return this.run((db) => rowsOf(db, sql, args));
   }
 
   /** The completion kept with every statement, or fenced off with them all. False when fenced off. No `await` from

@@ -14,10 +14,11 @@ import { closeSync, existsSync, openSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import Database from "libsql";
 import { CLAIM, COMPLETE, COUNT, COUNTED, type Db, HOLDER, IS_NEW, Misconfigured, PURGE, RELEASE, RENEW, RUNNING,
-  SCHEMA, SCHEMA_VERSION, SHARE_EXCEEDED, changedRows, codeOf, createTables, messageOf, row, rowsOf, storeFailure }
+  SCHEMA, SCHEMA_VERSION, SHARE_EXCEEDED, codeOf, createTables, messageOf, row }
   from "./sqlite-statements.js";
-import { BaseTransaction, type Claim, type Completion, type Limits, type Row, type Store, StoreUnavailable,
+import { type Claim, type Completion, type Limits, type Store, StoreUnavailable,
   type Transaction, mayTake, newOwner } from "./stores.js";
+import { SQLiteConnectionTransaction } from "./sqlite-transaction.js";
 import { LONGEST_WAIT, Turn, waitOf } from "./turn.js";
 
 const BUSY = [5, 6];
@@ -268,25 +269,15 @@ export class SQLiteStore implements Store {
 /** BEGIN IMMEDIATE at the first statement, on this process's one writer connection, held to the end. While it holds
  * the file no other process writes, so none takes a claim over: the renewals asked for meanwhile (of any claim of
  * this process) are made just before it lets go. */
-class SQLiteTransaction extends BaseTransaction<Db> {
+class SQLiteTransaction extends SQLiteConnectionTransaction {
   readonly renewals = new Map<string, [string, string]>(); // (key, owner) of each claim to renew before the end
-  begun = false;
 
   constructor(readonly store: SQLiteStore) {
-    super("SQLite");
+    super("SQLite", ROLLED_BACK);
   }
 
-  /** The store's failures: its own (the writer not given, SQLite's rollback) and SQLite's; any other is the tool's. */
-  protected failureOf(error: unknown): StoreUnavailable | null {
-    return error instanceof StoreUnavailable || storeFailure(error) ? failed(error) : null;
-  }
-
-  protected async send<T>(statement: (db: Db) => T | Promise<T>): Promise<T> {
-    const db = this.store.writer;
-    if (!this.begun) await this.begin();
-    else if (!db.inTransaction) throw new StoreUnavailable(ROLLED_BACK);
-    for (const name of this.pending()) db.exec(`SAVEPOINT ${name}`);
-    return statement(db);
+  protected get db(): Db {
+    return this.store.writer;
   }
 
   /** Take this process's writer, let the store's own waiting writes go first, then hold the file; a unit of work
@@ -309,14 +300,6 @@ class SQLiteTransaction extends BaseTransaction<Db> {
       store.turn.release(); // BEGIN failed: let the next unit of work of this process in
       throw error;
     }
-  }
-
-  async execute(sql: string, ...args: unknown[]): Promise<number> {
-    return this.run((db) => changedRows(db, sql, args));
-  }
-
-  async fetchall(sql: string, ...args: unknown[]): Promise<Row[]> {
-    return this.run((db) => rowsOf(db, sql, args));
   }
 
   /** The completion kept, or fenced off with every statement; the renewals; COMMIT. False when fenced off. */
