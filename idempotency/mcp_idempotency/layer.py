@@ -20,15 +20,15 @@ one whose effect is elsewhere (an e-mail) forwards `keys.downstream_key()` to th
 API that makes it, or else a crash between the effect and the record lets the retry
 send it again.
 
-It is configured by its constructor's arguments alone. Its public members are the
-three the server is built with (the layer itself, `advertise`, `lifespan`), `check()`
-for its main to call before serving, the two a
-tool uses (`transaction()`, `downstream_key()`), `key_argument()` for the argument
-placement, and what it was given (`limits`, `placement`, `principal`); the SDK calls
-`settings` and `intercept_tool_call`, the algorithm itself. Each decision the algorithm
-makes is one private method (`_key_of`, `_fingerprint`, `_store_key`, `_share_of`,
-`_answer`, `_never_kept`, `_keyed_run`, `_run_once`, `_advertised`), so the rules read
-one at a time; they are not an interface and may change.
+It is configured by its constructor's arguments alone. Its public members are the three
+the server is built with (the layer itself, `advertise`, `lifespan`), `check()` for its
+main to call before serving, the two a tool uses (`transaction()`, `downstream_key()`),
+`key_argument()` for the argument placement, and what it was given (`limits`,
+`placement`, `principal`); the SDK calls `settings` and `intercept_tool_call`, the
+algorithm itself. Each decision the algorithm makes is one private method (`_key_of`,
+`_fingerprint`, `_store_key`, `_share_of`, `_answer`, `_never_kept`, `_keyed_run`,
+`_run_once`, `_advertised`), so the rules read one at a time; they are not an interface
+and may change.
 """
 
 import contextvars
