@@ -11,6 +11,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { afterEach, describe, expect, it } from "vitest";
+import { freePort } from "./ports.js";
 import { KeyRefused, KeyedClient } from "../src/index.js";
 
 const SERVER = new URL("../../../dist/server.js", import.meta.url).pathname;
@@ -32,15 +33,6 @@ function keyedClient(transport: () => StdioClientTransport | StreamableHTTPClien
 async function ledger(keyed: KeyedClient): Promise<{ balance: number; charges: number }> {
   const result = await (await keyed.connected()).callTool({ name: "get_balance", arguments: {} });
   return JSON.parse((result.content as { text: string }[])[0]!.text);
-}
-
-/** A port no one listens on now, as tests/wire.py's free_port finds one. */
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
-  const { port } = probe.address() as AddressInfo;
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
 }
 
 /** The example server over HTTP, in the extension placement, once it listens: its URL. */

@@ -17,21 +17,13 @@ import { Client as ClientV2, StreamableHTTPClientTransport as HttpV2 } from "@mo
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { afterEach, describe, expect, it } from "vitest";
+import { freePort } from "./ports.js";
 import { KeyedClient } from "../src/index.js";
 
 const SERVER = new URL("../../../dist/server.js", import.meta.url).pathname;
 const LEASE = "2"; // seconds: short, so that the claim of the process killed mid-run frees soon
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => { for (const cleanup of cleanups.splice(0).reverse()) await cleanup(); });
-
-/** A port no one listens on now. */
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
-  const { port } = probe.address() as AddressInfo;
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
-}
 
 /** The example server over HTTP on `port` and the store `store`, with the client half's placement, a short lease
  * and a charge that takes `delay` seconds; `start()` (again) starts a process, `kill()` kills it with SIGKILL, and
