@@ -43,22 +43,23 @@ SHARE_INDEX = "CREATE INDEX idempotency_records_share ON idempotency_records (pr
 # a release, `forget`, an operator's DELETE) keeps them right without remembering to. A claim
 # then checks the principal's share, as the store's bound, without a walk. One definition,
 # for a new file and for the upgrade.
-COUNTS = (
-    """CREATE TABLE idempotency_shares (
+SHARES = """
+CREATE TABLE idempotency_shares (
     principal  TEXT PRIMARY KEY,
     records    INTEGER NOT NULL
-)""",
-    """CREATE TRIGGER idempotency_records_inserted AFTER INSERT ON idempotency_records BEGIN
+)"""
+INSERTED = """
+CREATE TRIGGER idempotency_records_inserted AFTER INSERT ON idempotency_records BEGIN
     INSERT INTO idempotency_shares VALUES (NEW.principal, 1)
     ON CONFLICT (principal) DO UPDATE SET records = records + 1;
     UPDATE idempotency_record_count SET n = n + 1;
-END""",
-    """CREATE TRIGGER idempotency_records_deleted AFTER DELETE ON idempotency_records BEGIN
+END"""
+DELETED = """
+CREATE TRIGGER idempotency_records_deleted AFTER DELETE ON idempotency_records BEGIN
     UPDATE idempotency_shares SET records = records - 1 WHERE principal = OLD.principal;
     DELETE FROM idempotency_shares WHERE principal = OLD.principal AND records = 0;
     UPDATE idempotency_record_count SET n = n - 1;
-END""",
-)
+END"""
 
 # The records and their counts: schema version 4 (PRAGMA user_version). Version 3 had no
 # count per principal; 2 held the demo's ledger too and had no principal column; 1 was the
@@ -82,9 +83,9 @@ CREATE TABLE idempotency_record_count (
     n   INTEGER NOT NULL
 );
 INSERT INTO idempotency_record_count VALUES (1, 0);
-{COUNTS[0]};
-{COUNTS[1]};
-{COUNTS[2]};
+{SHARES};
+{INSERTED};
+{DELETED};
 PRAGMA user_version = {SCHEMA_VERSION};
 """
 
@@ -231,7 +232,7 @@ def upgrade(path: str) -> int:
                     db.execute(f"ALTER TABLE idempotency_records ADD COLUMN {PRINCIPAL}")
                     db.execute("UPDATE idempotency_records SET principal = principal_of(key)")
                     db.execute(SHARE_INDEX)
-                for statement in (*COUNTS, SHARES_COUNTED):
+                for statement in (SHARES, INSERTED, DELETED, SHARES_COUNTED):
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
@@ -358,9 +359,10 @@ class SQLiteStore(Store):
                 db.execute("COMMIT")
                 return Held(holder[0], holder[2])
             mine = {"principal": principal, "now": now, "share": share}
-            if near and db.execute(SHARE_EXCEEDED, mine).fetchone()[0]:  # After the claim, so a key another
-                db.execute("ROLLBACK TO SAVEPOINT claim")  # process took meanwhile is answered as held, never
-                db.execute("COMMIT")  # as full
+            if near and db.execute(SHARE_EXCEEDED, mine).fetchone()[0]:
+                # After the claim, so a key another process took meanwhile is answered as held, never as full.
+                db.execute("ROLLBACK TO SAVEPOINT claim")
+                db.execute("COMMIT")
                 return Full()
             db.execute("COMMIT")
             return Won(owner)

@@ -45,7 +45,7 @@ const B = new Uint8Array(32).fill(2);
 
 describe("the PostgreSQL store", () => {
   it("holds the Python library's schema files byte for byte", () => {
-    for (const name of ["postgres_v3.sql", "postgres_v3_claim.sql"]) {
+    for (const name of ["postgres_v4.sql", "postgres_v4_claim.sql"]) {
       const ours = readFileSync(new URL(`../sql/${name}`, import.meta.url), "utf8");
       const python = readFileSync(new URL(`../../../../idempotency/mcp_idempotency/stores/${name}`, import.meta.url), "utf8");
       expect(ours).toBe(python);

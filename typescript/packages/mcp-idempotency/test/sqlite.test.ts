@@ -58,8 +58,8 @@ describe("the SQLite store", () => {
     const version = /^SCHEMA_VERSION = (\d+)$/m.exec(init)![1]!;
     const python = pythonStrings(readFileSync(PYTHON("sqlite.py"), "utf8"), { SCHEMA_VERSION: version });
     expect(String(statements.SCHEMA_VERSION)).toBe(version);
-    const names = ["PRINCIPAL", "SHARE_INDEX", "SCHEMA", "HOLDER", "CLAIM", "COUNT", "COUNTED", "RUNNING", "IS_NEW",
-      "SHARE_EXCEEDED", "PURGE", "RELEASE", "RENEW", "COMPLETE"] as const;
+    const names = ["PRINCIPAL", "SHARE_INDEX", "SHARES", "INSERTED", "DELETED", "SCHEMA", "HOLDER", "CLAIM", "COUNT",
+      "RUNNING", "IS_NEW", "SHARE_ROWS", "PURGE_MINE", "SHARE_EXCEEDED", "PURGE", "RELEASE", "RENEW", "COMPLETE"] as const;
     for (const name of names) expect([name, statements[name]]).toEqual([name, python[name]]);
     const failures = /STORE_FAILURES = \{([\s\S]*?)\}/.exec(readFileSync(PYTHON("sql.py"), "utf8"))![1]!;
     expect(statements.STORE_FAILURES).toEqual([...failures.matchAll(/^\s*(\d+):/gm)].map((code) => Number(code[1])));
