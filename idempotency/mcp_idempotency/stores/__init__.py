@@ -7,7 +7,7 @@ One interface, three stores, one module each, chosen by URL:
                            shared store exists to prevent, offered to show it)
     sqlite:PATH            sqlite.py: one file, several processes on one machine (the default)
     postgresql://...       postgres.py: one server, several machines; its clock is the only
-                           clock; its tables and claim function are postgres_v3.sql
+                           clock; its tables and claim function are postgres_v4*.sql
 
 Every store answers what the dispatch layer asks:
 

@@ -38,11 +38,9 @@ __all__ = []
 PRINCIPAL = "principal TEXT NOT NULL DEFAULT ''"
 SHARE_INDEX = "CREATE INDEX idempotency_records_share ON idempotency_records (principal, deadline)"
 
-# How many records each principal has, live or expired, and how many there are in all, kept
-# in step by triggers, so every statement that inserts or deletes a record (a claim, a purge,
-# a release, `forget`, an operator's DELETE) keeps them right without remembering to. A claim
-# then checks the principal's share, as the store's bound, without a walk. One definition,
-# for a new file and for the upgrade.
+# How many records each principal has, live or expired, and how many in all, kept in step by triggers:
+# every statement that inserts or deletes a record (a claim, a purge, a release, `forget`, an
+# operator's DELETE) keeps them right without remembering to. For a new file and for the upgrade.
 SHARES = """
 CREATE TABLE idempotency_shares (
     principal  TEXT PRIMARY KEY,
@@ -119,12 +117,10 @@ COUNT = "SELECT n FROM idempotency_record_count"
 RUNNING = "SELECT fingerprint FROM idempotency_records WHERE key = ? AND status = 'running'"
 IS_NEW = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)"
 
-# How many records the principal has, live or expired: while that is within its share, so
-# are its live ones, and no walk is needed.
+# How many records the principal has, live or expired: while that is within its share, so are its live ones.
 SHARE_ROWS = "SELECT coalesce((SELECT records FROM idempotency_shares WHERE principal = ?), 0)"
 
-# A principal whose records would exceed its share first loses its expired completed ones
-# (their window has passed, as the store's purge has it), oldest first, a batch at a time.
+# A principal near its share first loses its expired completed records, as the store's purge, a batch at a time.
 PURGE_MINE = """
 DELETE FROM idempotency_records WHERE key IN (
     SELECT key FROM idempotency_records WHERE principal = ? AND status = 'completed' AND deadline <= ?
@@ -398,8 +394,7 @@ class SQLiteStore(Store):
         """One DELETE, the counts kept in step with it by the file's triggers; how many rows went."""
 
         def delete(db: sqlite3.Connection) -> int:
-            gone: int = db.execute(statement, parameters).rowcount
-            return gone
+            return int(db.execute(statement, parameters).rowcount)
 
         try:
             async with self.aside_turn():
