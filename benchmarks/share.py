@@ -7,8 +7,9 @@ and a walk of its live records on the share index only once that count exceeds t
 share (the memory store likewise walks only then). So each store runs two servers: one
 whose principal holds nothing when the timed calls begin, and one whose principal already
 holds `held` live records (bench.py --held, default 900: most of the default share of
-1,000), made by keyed calls of the read-only tool (records, no charges). The ratio of the two keyed calls that
-execute is what the records held cost a claim at that depth; the replay never walks.
+1,000), made by keyed calls of the read-only tool (records, no charges). The ratio of the
+two keyed calls that execute is what the records held cost a claim at that depth; the
+replay never walks.
 """
 
 import shutil
