@@ -1,13 +1,15 @@
 """Section 8: what a principal's share (P9') costs a keyed call, side by side in one loop.
 
 The share is checked inside the claim, in the statement or transaction that takes the
-key, so it adds no store round trip (5b counts them on this code); what it adds is a
-walk of the principal's live records on the share index, which stops at the share. So
-each store runs two servers: one whose principal holds nothing when the timed calls
-begin, and one whose principal already holds `held` live records (bench.py --held,
-default 900: most of the default share of 1,000), made by keyed calls
-of the read-only tool (records, no charges). The ratio of the two keyed calls that
-execute is the walk's cost at that depth; the replay never walks.
+key, so it adds no store round trip (5b counts them on this code); what it adds on
+SQLite and PostgreSQL is a read of the principal's count of records (schema version 4),
+and a walk of its live records on the share index only once that count exceeds the
+share (the memory store likewise walks only then). So each store runs two servers: one
+whose principal holds nothing when the timed calls begin, and one whose principal already
+holds `held` live records (bench.py --held, default 900: most of the default share of
+1,000), made by keyed calls of the read-only tool (records, no charges). The ratio of the
+two keyed calls that execute is what the records held cost a claim at that depth; the
+replay never walks.
 """
 
 import shutil
@@ -86,5 +88,5 @@ def share_cost(calls: int, held: int, postgres: Postgres) -> None:
         "Each server ran on a store of its own over HTTP, with its share and bound set above every record it "
         f"made. The {held} records were made before the timed calls by keyed calls of get_balance; the timed "
         "keyed calls that execute add one record each to both servers alike. Above 1, holding records made "
-        "that call slower: the walk of the share index that the claim makes for a new key.",
+        "that call slower; the claim walks the share index only once the principal's records exceed its share.",
     )

@@ -41,5 +41,5 @@ def test_the_package_is_installed_from_its_wheel_with_its_type_marker_and_schema
     source = Path(__file__).resolve().parent.parent / "idempotency"
     assert not Path(package["imported from"]).resolve().is_relative_to(source), package["imported from"]
     shipped = {path for path in package["files"] if path.startswith("mcp_idempotency/")}
-    assert {"mcp_idempotency/py.typed", "mcp_idempotency/stores/postgres_v3.sql"} <= shipped
+    assert {"mcp_idempotency/py.typed", "mcp_idempotency/stores/postgres_v4.sql"} <= shipped
     assert not [path for path in package["files"] if path.startswith("mcp_idempotency_demo/")]

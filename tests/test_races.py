@@ -69,7 +69,7 @@ class Answers(dict):
 
 async def test_claims_of_one_principal_take_turns_for_its_share_and_no_other_principal_waits(postgres_url):
     """P9': two claims of one principal with room for one never both see the room: they take turns on
-    the principal's lock (stores/postgres_v3_claim.sql). Held from outside, both wait while another
+    the principal's lock (stores/postgres_v4_claim.sql). Held from outside, both wait while another
     principal's claim is answered; released, one of the two wins and the other hears full."""
     import asyncpg
 

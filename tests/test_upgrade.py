@@ -106,11 +106,11 @@ def test_a_version_2_store_is_refused_until_upgraded_then_replays_its_records_an
 
     upgraded = run(upgrade_command(), "upgrade", store_url)  # the command, exactly as the line names it
     assert upgraded.returncode == 0, upgraded.stderr
-    assert upgraded.stdout.startswith(f"upgraded {store_url} in place from schema version 2 to 3")
+    assert upgraded.stdout.startswith(f"upgraded {store_url} in place from schema version 2 to 4")
     assert read_store(store_url) == (LEDGER, {STORE_KEY: OUTCOME, BARE_KEY: OUTCOME}, 2)  # every row as it was
 
     again = run(sdk2_python(), "-m", "mcp_idempotency.stores.command", "upgrade", store_url)
-    assert again.returncode == 0 and "holds schema version 3 already: nothing to do" in again.stdout, again.stderr
+    assert again.returncode == 0 and "holds schema version 4 already: nothing to do" in again.stdout, again.stderr
 
     wire = start("2x-http", "--store", store_url)
     try:

@@ -7,7 +7,7 @@ One interface, three stores, one module each, chosen by URL:
                            shared store exists to prevent, offered to show it)
     sqlite:PATH            sqlite.py: one file, several processes on one machine (the default)
     postgresql://...       postgres.py: one server, several machines; its clock is the only
-                           clock; its tables and claim function are postgres_v3.sql
+                           clock; its tables and claim function are postgres_v4*.sql
 
 Every store answers what the dispatch layer asks:
 
@@ -48,8 +48,11 @@ Every record is running (its deadline is the lease's end, moved on by each renew
 or completed (its deadline is the retention window's end). A record past its deadline reads as
 absent, or as free to take over (`may_take` below says which); the bound is kept by a count, and expired
 records are purged only when the count reaches it. A principal's share counts its
-records whose deadline has not passed, through an index on (principal, deadline): no
-count of its own to keep in step, and a record that expires frees its place at once.
+records whose deadline has not passed, and a record that expires frees its place at once.
+The SQL stores keep a count of each principal's records, live or expired, beside the
+store's own: a claim reads it, and walks the principal's records (an index on
+(principal, deadline)) only when that count exceeds the share, once the principal's
+expired completed records are purged.
 """
 
 import itertools
@@ -176,13 +179,14 @@ def new_owner() -> str:
 # The SQL stores' schema version, and the one step from the version before
 # ----------------------------------------------------------------------------
 
-# Version 3: the records and their count, nothing else. Version 2 held the demo's
-# ledger too, in the same layout otherwise, so it is brought to 3 in place by
-# recording the new version: every record is kept, and so is the ledger's table,
-# which the demo's ledger module then finds as its own. Version 1 (NULL patterns
-# across columns) cannot be: its records are not this layout's.
-SCHEMA_VERSION = 3
-UPGRADABLE = 2
+# Version 4: the records, their count, and each principal's count, nothing else.
+# Version 3 lacked the count per principal: it is brought to 4 in place by counting
+# each principal's records once. Version 2 held the demo's ledger too and had no
+# principal column: it goes through 3, every record kept with its principal, and so is
+# the ledger's table, which the demo's ledger module then finds as its own. Version 1
+# (NULL patterns across columns) cannot be: its records are not this layout's.
+SCHEMA_VERSION = 4
+UPGRADABLE = (2, 3)
 UPGRADE = "mcp-idempotency-store upgrade"  # stores/command.py
 
 
@@ -206,7 +210,7 @@ def tables_refusal(number: int, error: Exception, again: bool) -> Misconfigured:
 
 def refusal(url: str, found: int, otherwise: str) -> OtherSchema:
     """The one line for a store of version `found`: the command that upgrades it, or `otherwise`."""
-    remedy = f"upgrade it in place with: {UPGRADE} {url}" if found == UPGRADABLE else otherwise
+    remedy = f"upgrade it in place with: {UPGRADE} {url}" if found in UPGRADABLE else otherwise
     return OtherSchema(f"it holds schema version {found}, and this code reads version {SCHEMA_VERSION}; {remedy}")
 
 
@@ -221,9 +225,9 @@ def must_upgrade(url: str, found: int, otherwise: str) -> bool:
     """For `mcp-idempotency-store upgrade`, a store of version `found` is upgraded, left as it is, or refused."""
     if found == 0:
         raise OtherSchema("it holds no store, so there is nothing to upgrade: a server creates one there as it starts")
-    if found not in (UPGRADABLE, SCHEMA_VERSION):
+    if found not in (*UPGRADABLE, SCHEMA_VERSION):
         raise refusal(url, found, otherwise)
-    return found == UPGRADABLE
+    return found in UPGRADABLE
 
 
 class Store(ABC):

@@ -1,14 +1,15 @@
 """mcp-idempotency-store: what an operator does to a store from the command line.
 
-    mcp-idempotency-store upgrade URL              bring a store of schema version 2 to version 3 in place
+    mcp-idempotency-store upgrade URL              bring a store of schema version 2 or 3 to version 4 in place
     mcp-idempotency-store forget URL PART [PART]   delete every record of one principal
     python -m mcp_idempotency.stores.command ...   the same
 
-A server refuses a store of version 2 at start, in one line that names `upgrade`. The
-upgrade keeps every record, each now with its principal, and every other table as
-it is (the demo's ledger); a store of version 3 already is left alone. Stop the previous
-version's servers first: its claims, which name no principal, fail on the upgraded
-store, so they answer idempotency_store_unavailable (never a run without the record).
+A server refuses a store of version 2 or 3 at start, in one line that names `upgrade`. The
+upgrade keeps every record, each with its principal (read from its key, from version 2),
+counts each principal's records, and keeps every other table as it is (the demo's ledger);
+a store of version 4 already is left alone. Stop the previous version's servers first: a
+version 2 server's claims, which name no principal, fail on the upgraded store, so they
+answer idempotency_store_unavailable (never a run without the record).
 
 `forget` deletes one principal's records, completed and running, before their window
 ends: an account closed, a data-protection request. The principal is named by its parts
@@ -34,8 +35,8 @@ from . import SCHEMA_VERSION, UPGRADABLE, Limits, OtherSchema, open_store
 __all__ = ["main"]
 
 
-async def upgrade(url: str) -> bool:
-    """Upgrade the store `url` names in place; False if it was at this version already."""
+async def upgrade(url: str) -> int:
+    """Upgrade the store `url` names in place; the version it held."""
     if url.startswith("sqlite:"):
         from . import sqlite
 
@@ -61,7 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="mcp-idempotency-store", description=(__doc__ or "").splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     upgrading = commands.add_parser(
-        "upgrade", help=f"bring a store of schema version {UPGRADABLE} to {SCHEMA_VERSION} in place, every record kept"
+        "upgrade",
+        help=f"bring a store of schema version {' or '.join(map(str, UPGRADABLE))} to {SCHEMA_VERSION} in place, "
+        "every record kept",
     )
     upgrading.add_argument("url", metavar="URL", help="sqlite:PATH or postgresql://...")
     forgetting = commands.add_parser("forget", help="delete every record of one principal, completed and running")
@@ -75,16 +78,16 @@ def main(argv: list[str] | None = None) -> None:
         if settings.command == "forget":
             forgotten = anyio.run(forget, settings.url, tuple(settings.principal))
         else:
-            upgraded = anyio.run(upgrade, settings.url)
+            found = anyio.run(upgrade, settings.url)
     except OtherSchema as error:  # its message says what to do: the one line as it is
         sys.exit(f"cannot {doing} the store {settings.url}: {error}")
     except Exception as error:
         sys.exit(f"cannot {doing} the store {settings.url}: {type(error).__name__}: {error}".splitlines()[0])
     if settings.command == "forget":
         print(f"forgot {forgotten} record(s) of {principal_name(tuple(settings.principal))} in {settings.url}")
-    elif upgraded:
+    elif found != SCHEMA_VERSION:
         print(
-            f"upgraded {settings.url} in place from schema version {UPGRADABLE} to {SCHEMA_VERSION}: "
+            f"upgraded {settings.url} in place from schema version {found} to {SCHEMA_VERSION}: "
             "every record and every other table kept"
         )
     else:

@@ -1,8 +1,9 @@
 """postgresql: one server, several machines; its clock is the only clock.
 
-The tables are stores/postgres_v3.sql and the claim function postgres_v3_claim.sql,
-created once on an empty database; a database holding another version is refused in
-one line, which names `mcp-idempotency-store upgrade URL` for version 2 (see `upgrade`).
+The tables are stores/postgres_v4.sql, and the count of each principal's records, its
+triggers and the claim function postgres_v4_claim.sql, created once on an empty database;
+a database holding another version is refused in one line, which names
+`mcp-idempotency-store upgrade URL` for versions 2 and 3 (see `upgrade`).
 
 Every wait is bounded: a lock for `limits.wait` (then a claim answers in
 progress, a unit of work gives up), a statement for a lease, a session idle inside
@@ -66,11 +67,8 @@ CLAIM = "SELECT status, fingerprint, outcome FROM idempotency_claim($1, $2, $3, 
 # locked by an instance completing or taking over the key, so it is in progress.
 HOLDER = "SELECT fingerprint, outcome FROM idempotency_records WHERE key = $1"
 
-# Only the claim's holder gives it back; the count of records follows.
-RELEASE = """
-WITH released AS (DELETE FROM idempotency_records WHERE key = $1 AND status = 'running' AND owner = $2 RETURNING 1)
-UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM released)
-"""
+# Only the claim's holder gives it back; the counts follow, by the table's triggers.
+RELEASE = "DELETE FROM idempotency_records WHERE key = $1 AND status = 'running' AND owner = $2"
 
 # The holder, alive, moves its lease on; a claim taken over or given back is no longer its own.
 RENEW = """
@@ -78,15 +76,12 @@ UPDATE idempotency_records SET deadline = clock_timestamp() + make_interval(secs
 WHERE key = $1 AND status = 'running' AND owner = $2
 """
 
-# Every record of one principal; the count of records follows.
-FORGET = """
-WITH forgotten AS (DELETE FROM idempotency_records WHERE principal = $1 RETURNING 1)
-UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM forgotten) RETURNING (SELECT count(*) FROM forgotten)
-"""
+# Every record of one principal; the counts follow, by the table's triggers.
+FORGET = "DELETE FROM idempotency_records WHERE principal = $1"
 
 # Version 2 to 3: each record gains its principal, read from its key in Python
 # (rules.principal_of: the JSON the layer wrote, which SQL's JSON would print otherwise),
-# and the claim function takes it.
+# and version 2's claim function, which took none, goes.
 UPGRADE_FROM_2 = [
     "ALTER TABLE idempotency_records ADD COLUMN principal text NOT NULL DEFAULT ''",
     "DROP FUNCTION idempotency_claim(text, bytea, text, float8, bigint)",
@@ -94,7 +89,14 @@ UPGRADE_FROM_2 = [
 UPGRADED_TO_3 = [
     "ALTER TABLE idempotency_records ALTER COLUMN principal DROP DEFAULT",
     "CREATE INDEX idempotency_records_share ON idempotency_records (principal, deadline)",
+]
+# Version 3 to 4, with no record inserted or deleted meanwhile (a claim of a server not yet
+# stopped waits): each principal's records counted once, the triggers that keep the counts
+# from then on, the claim function that reads them (in place of version 3's).
+UPGRADE_FROM_3 = [
+    "LOCK TABLE idempotency_records IN SHARE ROW EXCLUSIVE MODE",
     CLAIM_FUNCTION,
+    "INSERT INTO idempotency_shares SELECT principal, count(*) FROM idempotency_records GROUP BY principal",
     f"UPDATE idempotency_schema SET version = {SCHEMA_VERSION}",
 ]
 
@@ -204,25 +206,34 @@ async def create_schema(db: Any, url: str, tables: Sequence[str]) -> None:
         await db.execute("ROLLBACK TO SAVEPOINT again")  # the second run: only a rehearsal of the next start
 
 
-async def upgrade(url: str) -> bool:
-    """`mcp-idempotency-store upgrade postgresql://...`: version 2 becomes 3 in place (False: it was 3 already).
-    Every record gains its principal, the claim function takes it; the demo's ledger stays as it is."""
+async def upgrade(url: str) -> int:
+    """`mcp-idempotency-store upgrade postgresql://...`: version 2 or 3 becomes 4 in place; the version it held.
+    From 2, every record gains its principal; then each principal's records are counted, and the claim
+    function reads the counts. The demo's ledger stays as it is."""
     # One connection, no prepared statements kept: it works behind a transaction-mode pooler too.
     db = await asyncpg.connect(behind_pooler(url)[0], statement_cache_size=0)
     try:
         async with db.transaction():
-            upgrading = must_upgrade(url, await found_version(db), OTHERWISE)
-            if upgrading:
-                for statement in UPGRADE_FROM_2:
-                    await db.execute(statement)
-                keys = [row["key"] for row in await db.fetch("SELECT key FROM idempotency_records")]
-                named = [(key, principal_of(key)) for key in keys]
-                await db.executemany("UPDATE idempotency_records SET principal = $2 WHERE key = $1", named)
-                for statement in UPGRADED_TO_3:
+            found = await found_version(db)
+            if must_upgrade(url, found, OTHERWISE):
+                if found == 2:
+                    await upgrade_from_2(db)
+                for statement in UPGRADE_FROM_3:
                     await db.execute(statement)
     finally:
         await db.close()
-    return upgrading
+    return found
+
+
+async def upgrade_from_2(db: Any) -> None:
+    """Version 2 to 3, inside the upgrade's transaction: every record gains its principal, read from its key."""
+    for statement in UPGRADE_FROM_2:
+        await db.execute(statement)
+    keys = [row["key"] for row in await db.fetch("SELECT key FROM idempotency_records")]
+    named = [(key, principal_of(key)) for key in keys]
+    await db.executemany("UPDATE idempotency_records SET principal = $2 WHERE key = $1", named)
+    for statement in UPGRADED_TO_3:
+        await db.execute(statement)
 
 
 # What the URL adds to say that a transaction-mode pooler sits between (see the docstring).
@@ -322,10 +333,10 @@ class PostgresStore(Store):
     async def forget(self, principal: str) -> int:
         try:
             async with self.connection() as db:
-                forgotten: int = await db.fetchval(FORGET, principal)
+                forgotten: str = await db.execute(FORGET, principal)  # "DELETE 3"
         except STORE_FAILURES as error:
             raise failed(error) from error
-        return forgotten
+        return int(forgotten.split()[-1])
 
     def begin(self) -> Transaction:
         return PostgresTransaction(self)

@@ -38,9 +38,30 @@ __all__ = []
 PRINCIPAL = "principal TEXT NOT NULL DEFAULT ''"
 SHARE_INDEX = "CREATE INDEX idempotency_records_share ON idempotency_records (principal, deadline)"
 
-# The records and their count: schema version 3 (PRAGMA user_version). Version 2 held
-# the demo's ledger too and had no principal column; 1 was the layout with NULL
-# patterns across columns (see SCHEMA_VERSION in stores/__init__.py).
+# How many records each principal has, live or expired, and how many in all, kept in step by triggers:
+# every statement that inserts or deletes a record (a claim, a purge, a release, `forget`, an
+# operator's DELETE) keeps them right without remembering to. For a new file and for the upgrade.
+SHARES = """
+CREATE TABLE idempotency_shares (
+    principal  TEXT PRIMARY KEY,
+    records    INTEGER NOT NULL
+)"""
+INSERTED = """
+CREATE TRIGGER idempotency_records_inserted AFTER INSERT ON idempotency_records BEGIN
+    INSERT INTO idempotency_shares VALUES (NEW.principal, 1)
+    ON CONFLICT (principal) DO UPDATE SET records = records + 1;
+    UPDATE idempotency_record_count SET n = n + 1;
+END"""
+DELETED = """
+CREATE TRIGGER idempotency_records_deleted AFTER DELETE ON idempotency_records BEGIN
+    UPDATE idempotency_shares SET records = records - 1 WHERE principal = OLD.principal;
+    DELETE FROM idempotency_shares WHERE principal = OLD.principal AND records = 0;
+    UPDATE idempotency_record_count SET n = n - 1;
+END"""
+
+# The records and their counts: schema version 4 (PRAGMA user_version). Version 3 had no
+# count per principal; 2 held the demo's ledger too and had no principal column; 1 was the
+# layout with NULL patterns across columns (see SCHEMA_VERSION in stores/__init__.py).
 SCHEMA = f"""
 CREATE TABLE idempotency_records (
     key          TEXT PRIMARY KEY,
@@ -54,15 +75,20 @@ CREATE TABLE idempotency_records (
 );
 CREATE INDEX idempotency_records_expiry ON idempotency_records (deadline) WHERE status = 'completed';
 {SHARE_INDEX};
--- How many records there are, kept in step by every claim and purge, so that
--- no claim has to count the table (a count is a walk of every key).
+-- How many records there are, so that no claim has to count the table (a count is a walk of every key).
 CREATE TABLE idempotency_record_count (
     id  INTEGER PRIMARY KEY CHECK (id = 1),
     n   INTEGER NOT NULL
 );
 INSERT INTO idempotency_record_count VALUES (1, 0);
+{SHARES};
+{INSERTED};
+{DELETED};
 PRAGMA user_version = {SCHEMA_VERSION};
 """
+
+# Version 3 to 4: each principal's records counted once, under the file's write lock, as the triggers then keep them.
+SHARES_COUNTED = "INSERT INTO idempotency_shares SELECT principal, count(*) FROM idempotency_records GROUP BY principal"
 
 # What to do with a file of a version that cannot be upgraded in place.
 OTHERWISE = "move the file aside or point --store elsewhere"
@@ -88,9 +114,18 @@ RETURNING owner
 """
 
 COUNT = "SELECT n FROM idempotency_record_count"
-COUNTED = "UPDATE idempotency_record_count SET n = n + ?"
 RUNNING = "SELECT fingerprint FROM idempotency_records WHERE key = ? AND status = 'running'"
 IS_NEW = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)"
+
+# How many records the principal has, live or expired: while that is within its share, so are its live ones.
+SHARE_ROWS = "SELECT coalesce((SELECT records FROM idempotency_shares WHERE principal = ?), 0)"
+
+# A principal near its share first loses its expired completed records, as the store's purge, a batch at a time.
+PURGE_MINE = """
+DELETE FROM idempotency_records WHERE key IN (
+    SELECT key FROM idempotency_records WHERE principal = ? AND status = 'completed' AND deadline <= ?
+    ORDER BY deadline LIMIT 1000)
+"""
 
 # Once this claim holds the key, does the principal hold more than its share of
 # records whose deadline is ahead, the key's own included? A walk of the share index
@@ -177,26 +212,30 @@ def create_schema(path: str, tables: Sequence[str]) -> None:
         raise Misconfigured(f"the SQLite file {path} cannot be opened ({error}): {OTHERWISE}") from None
 
 
-def upgrade(path: str) -> bool:
-    """`mcp-idempotency-store upgrade sqlite:PATH`: version 2 becomes 3 in place (False: it was 3 already).
-    Every record gains its principal, read from its key; the demo's ledger stays as it is."""
+def upgrade(path: str) -> int:
+    """`mcp-idempotency-store upgrade sqlite:PATH`: version 2 or 3 becomes 4 in place; the version it held.
+    From 2, every record gains its principal, read from its key; then each principal's records are
+    counted. The demo's ledger stays as it is."""
     if not os.path.exists(path):  # connecting would make an empty file there
         raise FileNotFoundError(f"no such file: {path}")
     with schema_turn(path) as db:
         db.execute("BEGIN IMMEDIATE")  # no other writer while the version is read and moved
         try:
-            upgrading = must_upgrade(f"sqlite:{path}", found_version(db), OTHERWISE)
-            if upgrading:
-                db.create_function("principal_of", 1, principal_of, deterministic=True)
-                db.execute(f"ALTER TABLE idempotency_records ADD COLUMN {PRINCIPAL}")
-                db.execute("UPDATE idempotency_records SET principal = principal_of(key)")
-                db.execute(SHARE_INDEX)
+            found = found_version(db)
+            if must_upgrade(f"sqlite:{path}", found, OTHERWISE):
+                if found == 2:
+                    db.create_function("principal_of", 1, principal_of, deterministic=True)
+                    db.execute(f"ALTER TABLE idempotency_records ADD COLUMN {PRINCIPAL}")
+                    db.execute("UPDATE idempotency_records SET principal = principal_of(key)")
+                    db.execute(SHARE_INDEX)
+                for statement in (SHARES, INSERTED, DELETED, SHARES_COUNTED):
+                    db.execute(statement)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
         finally:
             if db.in_transaction:
                 db.execute("ROLLBACK")
-    return upgrading
+    return found
 
 
 class SQLiteStore(Store):
@@ -298,10 +337,16 @@ class SQLiteStore(Store):
         try:
             new: int = db.execute(IS_NEW, (key,)).fetchone()[0]
             if new and db.execute(COUNT).fetchone()[0] >= self.limits.max_records:
-                db.execute(COUNTED, (-db.execute(PURGE, (now,)).rowcount,))  # only a full store purges
+                db.execute(PURGE, (now,))  # only a full store purges
                 if db.execute(COUNT).fetchone()[0] >= self.limits.max_records:
                     db.execute("COMMIT")  # keep the purge
                     return Full()
+            share = self.limits.max_records_per_principal
+            # Within its share counting every record of its own, live or not, the principal has room: no walk.
+            near = db.execute(SHARE_ROWS, (principal,)).fetchone()[0] + new > share
+            if near:
+                db.execute(PURGE_MINE, (principal, now))
+            db.execute("SAVEPOINT claim")  # a refusal undoes the claim, and keeps the purges
             owner = new_owner()
             claim = {"key": key, "principal": principal, "fingerprint": fingerprint, "owner": owner, "now": now}
             won = db.execute(CLAIM, {**claim, "lease": self.limits.lease}).fetchone()
@@ -309,11 +354,12 @@ class SQLiteStore(Store):
                 holder = db.execute(HOLDER, {"key": key, "now": now}).fetchone()
                 db.execute("COMMIT")
                 return Held(holder[0], holder[2])
-            share = {"principal": principal, "now": now, "share": self.limits.max_records_per_principal}
-            if db.execute(SHARE_EXCEEDED, share).fetchone()[0]:  # After the claim, so a key another
-                db.execute("ROLLBACK")  # process took meanwhile is answered as held, never as full
+            mine = {"principal": principal, "now": now, "share": share}
+            if near and db.execute(SHARE_EXCEEDED, mine).fetchone()[0]:
+                # After the claim, so a key another process took meanwhile is answered as held, never as full.
+                db.execute("ROLLBACK TO SAVEPOINT claim")
+                db.execute("COMMIT")
                 return Full()
-            db.execute(COUNTED, (new,))
             db.execute("COMMIT")
             return Won(owner)
         except BaseException:
@@ -345,19 +391,10 @@ class SQLiteStore(Store):
             raise failed(error) from error
 
     async def deleted(self, statement: str, parameters: tuple[str, ...]) -> int:
-        """One DELETE and the count kept in step with it, in one write transaction; how many rows went."""
+        """One DELETE, the counts kept in step with it by the file's triggers; how many rows went."""
 
         def delete(db: sqlite3.Connection) -> int:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                gone: int = db.execute(statement, parameters).rowcount
-                db.execute(COUNTED, (-gone,))
-                db.execute("COMMIT")
-                return gone
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+            return int(db.execute(statement, parameters).rowcount)
 
         try:
             async with self.aside_turn():

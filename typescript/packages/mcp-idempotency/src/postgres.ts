@@ -1,5 +1,5 @@
 // The PostgreSQL store: the Python library's tables and claim function (sql/, byte for byte its
-// stores/postgres_v3*.sql), so a Python instance and a TypeScript one on one database
+// stores/postgres_v4*.sql), so a Python instance and a TypeScript one on one database
 // deduplicate each other's retries. Every time is the database's clock; every wait is bounded.
 
 import { readFileSync } from "node:fs";
@@ -7,15 +7,14 @@ import pg from "pg";
 import { BaseTransaction, type Claim, type Completion, type Limits, type Row, type Store, StoreUnavailable,
   type Transaction, newOwner } from "./stores.js";
 
-const SCHEMA_VERSION = 3;
+const SCHEMA_VERSION = 4;
 const sql = (name: string) => readFileSync(new URL(`../sql/${name}`, import.meta.url), "utf8");
 const SCHEMA = sql(`postgres_v${SCHEMA_VERSION}.sql`) + sql(`postgres_v${SCHEMA_VERSION}_claim.sql`);
 
 const TABLES_FOUND = "SELECT to_regclass('idempotency_schema') IS NOT NULL AS versioned, to_regclass('idempotency_records') IS NOT NULL AS records";
 const CLAIM = "SELECT status, fingerprint, outcome FROM idempotency_claim($1, $2, $3, $4, $5, $6, $7)";
 const HOLDER = "SELECT fingerprint, outcome FROM idempotency_records WHERE key = $1";
-const RELEASE = `WITH released AS (DELETE FROM idempotency_records WHERE key = $1 AND status = 'running' AND owner = $2 RETURNING 1)
-UPDATE idempotency_record_count SET n = n - (SELECT count(*) FROM released)`;
+const RELEASE = "DELETE FROM idempotency_records WHERE key = $1 AND status = 'running' AND owner = $2";
 const RENEW = `UPDATE idempotency_records SET deadline = clock_timestamp() + make_interval(secs => $3)
 WHERE key = $1 AND status = 'running' AND owner = $2`;
 const COMPLETE = `UPDATE idempotency_records

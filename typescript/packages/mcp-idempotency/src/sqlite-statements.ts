@@ -8,10 +8,29 @@ import type { Row } from "./stores.js";
 
 export type Db = Database.Database;
 
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
 export const PRINCIPAL = "principal TEXT NOT NULL DEFAULT ''";
 export const SHARE_INDEX = "CREATE INDEX idempotency_records_share ON idempotency_records (principal, deadline)";
-// The records and their count: schema version 3 (PRAGMA user_version).
+// How many records each principal has, live or expired, and how many there are in all, kept in step by triggers on
+// every insert and delete, so a claim checks the principal's share in one row.
+export const SHARES = `
+CREATE TABLE idempotency_shares (
+    principal  TEXT PRIMARY KEY,
+    records    INTEGER NOT NULL
+)`;
+export const INSERTED = `
+CREATE TRIGGER idempotency_records_inserted AFTER INSERT ON idempotency_records BEGIN
+    INSERT INTO idempotency_shares VALUES (NEW.principal, 1)
+    ON CONFLICT (principal) DO UPDATE SET records = records + 1;
+    UPDATE idempotency_record_count SET n = n + 1;
+END`;
+export const DELETED = `
+CREATE TRIGGER idempotency_records_deleted AFTER DELETE ON idempotency_records BEGIN
+    UPDATE idempotency_shares SET records = records - 1 WHERE principal = OLD.principal;
+    DELETE FROM idempotency_shares WHERE principal = OLD.principal AND records = 0;
+    UPDATE idempotency_record_count SET n = n - 1;
+END`;
+// The records and their counts: schema version 4 (PRAGMA user_version).
 export const SCHEMA = `
 CREATE TABLE idempotency_records (
     key          TEXT PRIMARY KEY,
@@ -25,13 +44,15 @@ CREATE TABLE idempotency_records (
 );
 CREATE INDEX idempotency_records_expiry ON idempotency_records (deadline) WHERE status = 'completed';
 ${SHARE_INDEX};
--- How many records there are, kept in step by every claim and purge, so that
--- no claim has to count the table (a count is a walk of every key).
+-- How many records there are, so that no claim has to count the table (a count is a walk of every key).
 CREATE TABLE idempotency_record_count (
     id  INTEGER PRIMARY KEY CHECK (id = 1),
     n   INTEGER NOT NULL
 );
 INSERT INTO idempotency_record_count VALUES (1, 0);
+${SHARES};
+${INSERTED};
+${DELETED};
 PRAGMA user_version = ${SCHEMA_VERSION};
 `;
 // The record that holds a key, read with no lock, and whether its deadline has passed.
@@ -48,9 +69,16 @@ WHERE idempotency_records.deadline <= :now
 RETURNING owner
 `;
 export const COUNT = "SELECT n FROM idempotency_record_count";
-export const COUNTED = "UPDATE idempotency_record_count SET n = n + ?";
 export const RUNNING = "SELECT fingerprint FROM idempotency_records WHERE key = ? AND status = 'running'";
 export const IS_NEW = "SELECT NOT EXISTS (SELECT 1 FROM idempotency_records WHERE key = ?)";
+// How many records the principal has, live or expired: while that is within its share, so are its live ones.
+export const SHARE_ROWS = "SELECT coalesce((SELECT records FROM idempotency_shares WHERE principal = ?), 0)";
+// A principal whose records would exceed its share first loses its expired completed ones, a batch at a time.
+export const PURGE_MINE = `
+DELETE FROM idempotency_records WHERE key IN (
+    SELECT key FROM idempotency_records WHERE principal = ? AND status = 'completed' AND deadline <= ?
+    ORDER BY deadline LIMIT 1000)
+`;
 // Once this claim holds the key, does the principal hold more than its share of live records? A walk of the share
 // index alone, which stops one past the share.
 export const SHARE_EXCEEDED = `

@@ -13,8 +13,8 @@ import { spawn } from "node:child_process";
 import { closeSync, existsSync, openSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import Database from "libsql";
-import { CLAIM, COMPLETE, COUNT, COUNTED, type Db, HOLDER, IS_NEW, Misconfigured, PURGE, RELEASE, RENEW, RUNNING,
-  SCHEMA, SCHEMA_VERSION, SHARE_EXCEEDED, codeOf, createTables, messageOf, row }
+import { CLAIM, COMPLETE, COUNT, type Db, HOLDER, IS_NEW, Misconfigured, PURGE, PURGE_MINE, RELEASE, RENEW, RUNNING,
+  SCHEMA, SCHEMA_VERSION, SHARE_EXCEEDED, SHARE_ROWS, codeOf, createTables, messageOf, row }
   from "./sqlite-statements.js";
 import { type Claim, type Completion, type Limits, type Store, StoreUnavailable,
   type Transaction, mayTake, newOwner } from "./stores.js";
@@ -112,7 +112,8 @@ async function createSchema(path: string, tables: readonly string[]): Promise<vo
         db.exec("BEGIN IMMEDIATE");
         const found = foundVersion(db);
         if (found !== 0 && found !== SCHEMA_VERSION) {
-          const remedy = found === 2 ? `upgrade it in place with: mcp-idempotency-store upgrade sqlite:${path}` : OTHERWISE;
+          const remedy = found === 2 || found === 3
+            ? `upgrade it in place with: mcp-idempotency-store upgrade sqlite:${path}` : OTHERWISE;
           throw new Misconfigured(`it holds schema version ${found}, and this code reads version ${SCHEMA_VERSION}; ${remedy}`);
         }
         if (found === 0) db.exec(SCHEMA);
@@ -183,12 +184,17 @@ export class SQLiteStore implements Store {
     const isNew = Number(row(db, IS_NEW, [key])![0]);
     const count = () => Number(row(db, COUNT, [])![0]);
     if (isNew && count() >= this.limits.maxRecords) {
-      db.prepare(COUNTED).run([-db.prepare(PURGE).run([now]).changes]); // only a full store purges
+      db.prepare(PURGE).run([now]); // only a full store purges
       if (count() >= this.limits.maxRecords) {
         db.exec("COMMIT"); // keep the purge
         return { kind: "full" };
       }
     }
+    const share = this.limits.maxRecordsPerPrincipal;
+    // Within its share counting every record of its own, live or not, the principal has room: no walk.
+    const near = Number(row(db, SHARE_ROWS, [principal])![0]) + isNew > share;
+    if (near) db.prepare(PURGE_MINE).run([principal, now]);
+    db.exec("SAVEPOINT claim"); // a refusal undoes the claim, and keeps the purges
     const owner = newOwner();
     const claim = { key, principal, fingerprint: Buffer.from(fingerprint), owner, now, lease: this.limits.lease };
     if (row(db, CLAIM, claim) === undefined) { // another process claimed or completed it between the read and BEGIN
@@ -196,11 +202,12 @@ export class SQLiteStore implements Store {
       db.exec("COMMIT");
       return { kind: "held", fingerprint: new Uint8Array(holder[0] as Buffer), outcome: holder[2] as string | null };
     }
-    if (row(db, SHARE_EXCEEDED, { principal, now, share: this.limits.maxRecordsPerPrincipal })![0]) {
-      db.exec("ROLLBACK"); // after the claim, so a key another process took meanwhile is answered held, never full
+    if (near && row(db, SHARE_EXCEEDED, { principal, now, share })![0]) {
+      // After the claim, so a key another process took meanwhile is answered held, never full.
+      db.exec("ROLLBACK TO SAVEPOINT claim");
+      db.exec("COMMIT");
       return { kind: "full" };
     }
-    db.prepare(COUNTED).run([isNew]);
     db.exec("COMMIT");
     return { kind: "won", owner };
   }
@@ -248,7 +255,7 @@ export class SQLiteStore implements Store {
   async release(key: string, owner: string): Promise<void> {
     try {
       await this.aside(waitOf(this.limits), () => {
-        this.short.prepare(COUNTED).run([-this.short.prepare(RELEASE).run([key, owner]).changes]);
+        this.short.prepare(RELEASE).run([key, owner]);
         this.short.exec("COMMIT");
       });
     } catch (error) {

@@ -45,7 +45,7 @@ const B = new Uint8Array(32).fill(2);
 
 describe("the PostgreSQL store", () => {
   it("holds the Python library's schema files byte for byte", () => {
-    for (const name of ["postgres_v3.sql", "postgres_v3_claim.sql"]) {
+    for (const name of ["postgres_v4.sql", "postgres_v4_claim.sql"]) {
       const ours = readFileSync(new URL(`../sql/${name}`, import.meta.url), "utf8");
       const python = readFileSync(new URL(`../../../../idempotency/mcp_idempotency/stores/${name}`, import.meta.url), "utf8");
       expect(ours).toBe(python);
@@ -114,6 +114,38 @@ describe("the PostgreSQL store", () => {
     expect((await store.claim("j", A, "q")).kind).toBe("won"); // another principal's share
     if (won.kind === "won") await store.release("k", won.owner);
     expect((await store.claim("k", B, "p")).kind).toBe("won");
+  });
+
+  it("keeps each principal's count equal to its rows: claims, a refusal, a release, its expired records purged", async () => {
+    const url = await database();
+    const store = await opened(url, { maxRecordsPerPrincipal: 2, retention: 1, lease: 1 });
+    const db = new pg.Client({ connectionString: url });
+    await db.connect();
+    dropped.push(() => db.end());
+    const counted = async () => {
+      const all = async (sql: string) => (await db.query({ text: sql, rowMode: "array" })).rows as [string, number][];
+      const rows = await all("SELECT principal, count(*)::int FROM idempotency_records GROUP BY principal ORDER BY principal");
+      expect(await all("SELECT principal, records::int FROM idempotency_shares ORDER BY principal")).toEqual(rows);
+      expect(await all("SELECT n::int FROM idempotency_record_count")).toEqual([[rows.reduce((n, [, c]) => n + c, 0)]]);
+      return Object.fromEntries(rows);
+    };
+    const completed = async (key: string) => {
+      expect((await store.claim(key, A, "p")).kind).toBe("won");
+      const tx = store.begin();
+      tx.complete(key, A, '{"result":{}}');
+      expect(await tx.commit()).toBe(true);
+    };
+    await completed("k1");
+    const running = await store.claim("k2", A, "p");
+    expect((await store.claim("j1", A, "q")).kind).toBe("won");
+    expect(await counted()).toEqual({ p: 2, q: 1 });
+    expect((await store.claim("k3", A, "p")).kind).toBe("full"); // its share, full of live records
+    if (running.kind === "won") await store.release("k2", running.owner);
+    expect(await counted()).toEqual({ p: 1, q: 1 });
+    await completed("k2");
+    await new Promise((done) => setTimeout(done, 1500)); // both of p's records expire, on the database's clock
+    expect((await store.claim("k4", A, "p")).kind).toBe("won"); // its share full of expired ones, purged as it claims
+    expect(await counted()).toEqual({ p: 1, q: 1 });
   });
 
   it("refuses a database of another schema version in one line", async () => {

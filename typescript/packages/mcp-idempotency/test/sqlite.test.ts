@@ -58,8 +58,8 @@ describe("the SQLite store", () => {
     const version = /^SCHEMA_VERSION = (\d+)$/m.exec(init)![1]!;
     const python = pythonStrings(readFileSync(PYTHON("sqlite.py"), "utf8"), { SCHEMA_VERSION: version });
     expect(String(statements.SCHEMA_VERSION)).toBe(version);
-    const names = ["PRINCIPAL", "SHARE_INDEX", "SCHEMA", "HOLDER", "CLAIM", "COUNT", "COUNTED", "RUNNING", "IS_NEW",
-      "SHARE_EXCEEDED", "PURGE", "RELEASE", "RENEW", "COMPLETE"] as const;
+    const names = ["PRINCIPAL", "SHARE_INDEX", "SHARES", "INSERTED", "DELETED", "SCHEMA", "HOLDER", "CLAIM", "COUNT",
+      "RUNNING", "IS_NEW", "SHARE_ROWS", "PURGE_MINE", "SHARE_EXCEEDED", "PURGE", "RELEASE", "RENEW", "COMPLETE"] as const;
     for (const name of names) expect([name, statements[name]]).toEqual([name, python[name]]);
     const failures = /STORE_FAILURES = \{([\s\S]*?)\}/.exec(readFileSync(PYTHON("sql.py"), "utf8"))![1]!;
     expect(statements.STORE_FAILURES).toEqual([...failures.matchAll(/^\s*(\d+):/gm)].map((code) => Number(code[1])));
@@ -186,6 +186,35 @@ describe("the SQLite store", () => {
     expect((await store.claim("j", A, "q")).kind).toBe("won");
     if (won.kind === "won") await store.release("k", won.owner);
     expect((await store.claim("k", B, "p")).kind).toBe("won");
+  });
+
+  it("keeps each principal's count equal to its rows: claims, a refusal, a release, its expired records purged", async () => {
+    const clock = { now: 1000 };
+    const store = await opened(file(), { maxRecordsPerPrincipal: 2, retention: 10, lease: 10 }, clock);
+    const counted = () => {
+      const all = (sql: string) => store.writer.prepare(sql).raw().all() as [string, number][];
+      const rows = all("SELECT principal, count(*) FROM idempotency_records GROUP BY principal ORDER BY principal");
+      expect(all("SELECT principal, records FROM idempotency_shares ORDER BY principal")).toEqual(rows);
+      expect(all("SELECT n FROM idempotency_record_count")).toEqual([[rows.reduce((n, [, c]) => n + c, 0)]]);
+      return Object.fromEntries(rows);
+    };
+    const completed = async (key: string) => {
+      expect((await store.claim(key, A, "p")).kind).toBe("won");
+      const tx = store.begin();
+      tx.complete(key, A, '{"result":{}}');
+      expect(await tx.commit()).toBe(true);
+    };
+    await completed("k1");
+    const running = await store.claim("k2", A, "p");
+    expect((await store.claim("j1", A, "q")).kind).toBe("won");
+    expect(counted()).toEqual({ p: 2, q: 1 });
+    expect((await store.claim("k3", A, "p")).kind).toBe("full"); // its share, full of live records
+    if (running.kind === "won") await store.release("k2", running.owner);
+    expect(counted()).toEqual({ p: 1, q: 1 });
+    await completed("k2");
+    clock.now += 11; // both of p's records expire: its share is full of expired ones, purged as it claims
+    expect((await store.claim("k4", A, "p")).kind).toBe("won");
+    expect(counted()).toEqual({ p: 1, q: 1 });
   });
 
   it("refuses, in one line naming the fix, a missing folder, another schema version, a tools' statement", async () => {

@@ -1,15 +1,16 @@
--- The PostgreSQL store, schema version 3: the records and their count, nothing else
--- (mcp_idempotency/stores/postgres.py runs this file and postgres_v3_claim.sql once, in
--- one transaction, on an empty database, and refuses any other version in one line).
--- Version 2 held the demo's ledger too and had no principal column: `mcp-idempotency-store
--- upgrade URL` brings it here in place (postgres.py, `upgrade`), the ledger's table left
--- to the demo (mcp_idempotency_demo/ledger.py). Version 1 was the layout with NULL patterns
--- across columns and a claim function that locked the count row before the key's row.
+-- The PostgreSQL store, schema version 4: the records, their count and each principal's,
+-- nothing else (mcp_idempotency/stores/postgres.py runs this file and postgres_v4_claim.sql
+-- once, in one transaction, on an empty database, and refuses any other version in one line).
+-- Version 3 had no count per principal, and version 2 held the demo's ledger too and had no
+-- principal column: `mcp-idempotency-store upgrade URL` brings either here in place
+-- (postgres.py, `upgrade`), the ledger's table left to the demo (mcp_idempotency_demo/ledger.py).
+-- Version 1 was the layout with NULL patterns across columns and a claim function that
+-- locked the count row before the key's row.
 
 CREATE TABLE idempotency_schema (
     version  integer NOT NULL
 );
-INSERT INTO idempotency_schema VALUES (3);
+INSERT INTO idempotency_schema VALUES (4);
 
 CREATE TABLE idempotency_records (
     key          text PRIMARY KEY,
@@ -24,7 +25,7 @@ CREATE TABLE idempotency_records (
 CREATE INDEX idempotency_records_expiry ON idempotency_records (deadline) WHERE status = 'completed';
 CREATE INDEX idempotency_records_share ON idempotency_records (principal, deadline);  -- a principal's share
 
--- How many records there are, kept in step by every claim, release and purge,
+-- How many records there are, kept in step by the triggers of postgres_v4_claim.sql,
 -- so that no claim has to count the table.
 CREATE TABLE idempotency_record_count (
     id  integer PRIMARY KEY CHECK (id = 1),
