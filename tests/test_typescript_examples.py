@@ -3,10 +3,11 @@
 typescript/packages/mcp-idempotency/examples/shop-tools.ts holds the shop's tools: `pay` writes its effect in the
 store's unit of work, `send_receipt` appends to an outbox with the downstream key, both take an account beyond the
 kit's own arguments (--tool-arguments). Two small entry files register them, one per line of the SDK: shop.ts on
-1.x's McpServer, shop-v2.ts on 2.x's, served by serveStdio, which speaks 2026-07-28 (server/discover, the
-per-request envelope, results that name their type) or the 2025 handshake as the client opens. The kit runs
-against each, each of its servers on a store of its own: memory (where `pay` writes on the store's private
-in-process SQLite database, committed with the record), a SQLite file, a PostgreSQL database.
+1.x's McpServer, shop-v2.ts on 2.x's, served over stdio by serveStdio or over Streamable HTTP by createMcpHandler,
+each of which speaks 2026-07-28 (server/discover, the per-request envelope, results that name their type) or the
+2025 revisions as the client opens. The kit runs against each, each of its servers on a store of its own: memory
+(where `pay` writes on the store's private in-process SQLite database, committed with the record), a SQLite file,
+a PostgreSQL database.
 """
 
 import json
@@ -16,7 +17,7 @@ from contextlib import ExitStack
 
 import pytest
 from conftest import postgres_database
-from kit_targets import KIT
+from kit_targets import KIT, http_servers
 from node_packages import PACKAGE, typescript_built
 from test_public_api import CONTRACTS, NEED_TWO_PRINCIPALS, NOT_APPLICABLE, SERVERS
 from wire import LegacyStdioWire, ModernStdioWire
@@ -24,11 +25,14 @@ from wire import LegacyStdioWire, ModernStdioWire
 from mcp_idempotency.rules import ACKNOWLEDGEMENT, META_KEY, downstream_key, fingerprint, scoped_key
 
 SHOPS = {"1.x": PACKAGE / "dist-examples" / "shop.js", "2.x": PACKAGE / "dist-examples" / "shop-v2.js"}
+# Each line and transport the kit runs against: the shop's line, and whether it is served over HTTP.
+SERVED = {"1.x": ("1.x", False), "2.x": ("2.x", False), "2.x-http": ("2.x", True)}
 SERVER_INFO = "io.modelcontextprotocol/serverInfo"  # 2.x's stamp on each 2026-07-28 result
 # The check's 1e20 spelling is refused keyed, since JSON.parse gives every integer past 2^53 as the double nearest
-# it, and the kit skips the rest of the row. A retry in another revision needs a server over HTTP; the shops are
-# stdio (test_a_call_recorded_on_2026_is_replayed_to_a_2025_retry_and_back does it over one SQLite file).
-UNTESTED = NEED_TWO_PRINCIPALS | NOT_APPLICABLE | {"sep-3182-equivalence-numbers", "sep-3182-replay-across-revisions"}
+# it, and the kit skips the rest of the row. A retry in another revision needs a server over HTTP: over stdio,
+# test_a_call_recorded_on_2026_is_replayed_to_a_2025_retry_and_back does it over one SQLite file.
+UNTESTED = NEED_TWO_PRINCIPALS | NOT_APPLICABLE | {"sep-3182-equivalence-numbers"}
+UNTESTED_ON_STDIO = UNTESTED | {"sep-3182-replay-across-revisions"}
 
 
 def shop(line: str, store: str, outbox, *options: str) -> list[str]:
@@ -46,17 +50,23 @@ def stores_of(kind: str, databases: ExitStack, tmp_path) -> dict[str, str]:
 
 @pytest.mark.slow  # the whole kit against a server: the slow set's, as for every other server
 @pytest.mark.parametrize("store", ["memory", "sqlite", "postgresql"])
-@pytest.mark.parametrize("line", list(SHOPS))
-def test_the_shop_written_from_the_readme_passes_the_kit(line, store, tmp_path):
+@pytest.mark.parametrize("served", list(SERVED))
+def test_the_shop_written_from_the_readme_passes_the_kit(served, store, tmp_path):
     """Every check the shop can meet succeeds, and none fails or warns."""
     typescript_built()
-    with ExitStack() as databases:
-        stores = stores_of(store, databases, tmp_path)
-        options = []
-        for variant, server_args in SERVERS.items():
-            name = variant or "main"
-            command = shop(line, stores[name], tmp_path / f"outbox-{name}.txt", *server_args)
-            options += [f"--{variant}command", subprocess.list2cmdline(command)]
+    line, over_http = SERVED[served]
+    with ExitStack() as running:
+        stores = stores_of(store, running, tmp_path)
+        commands = {
+            variant: shop(line, stores[variant or "main"], tmp_path / f"outbox-{variant or 'main'}.txt", *server_args)
+            for variant, server_args in SERVERS.items()
+        }
+        if over_http:
+            urls = running.enter_context(http_servers(list(commands.values())))
+            targets = {f"--{variant}url": url for variant, url in zip(commands, urls, strict=True)}
+        else:
+            targets = {f"--{variant}command": subprocess.list2cmdline(command) for variant, command in commands.items()}
+        options = [word for target in targets.items() for word in target]
         report = tmp_path / "checks.json"
         ran = subprocess.run(
             [sys.executable, str(KIT), *options, *CONTRACTS["shop"], "--json", str(report)],
@@ -66,8 +76,9 @@ def test_the_shop_written_from_the_readme_passes_the_kit(line, store, tmp_path):
         )
     results = {result["id"]: result["status"] for result in json.loads(report.read_text())}
     printed = ran.stdout[-3000:]
+    untested = UNTESTED if over_http else UNTESTED_ON_STDIO
     assert [check for check, status in results.items() if status in ("FAILURE", "WARNING")] == [], printed
-    assert [check for check, status in results.items() if status != "SUCCESS" and check not in UNTESTED] == [], printed
+    assert [check for check, status in results.items() if status != "SUCCESS" and check not in untested] == [], printed
 
 
 @pytest.mark.parametrize(

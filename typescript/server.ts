@@ -216,9 +216,9 @@ function serveHttp(keys: Idempotency, ledger: Ledger): void {
     }
     const server = demoServer(keys, ledger);
     const transport = keys.wrap(new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true }));
-    // P7: a client that goes away must not abort a keyed call (closing aborts every
-    // handler), so the server closes once every claimed key's outcome is recorded.
-    response.on("close", () => transport.idle.then(() => server.close()));
+    // P7: a client that goes away does not abort a keyed call: the layer lets the close reach
+    // the SDK, which aborts every handler, once every claimed key's outcome is recorded.
+    response.on("close", () => void server.close());
     await server.connect(transport);
     await transport.inner.handleRequest(request, response);
   });

@@ -4,11 +4,12 @@
 //
 //   node dist-examples/shop.js|shop-v2.js --store sqlite:PATH|postgresql://... [--outbox PATH] [--delay S]
 //                                         [--retention S] [--lease S] [--max-records N] [--deadline S]
+//                                         [--transport stdio|http --port N (shop-v2.js)]
 //
 // `pay` writes its effect in the store, in the layer's unit of work: the payment and the record of the call
 // commit together. `send_receipt` has its effect elsewhere: a line appended to the --outbox file, standing for a
 // mail provider's API, given the downstream key as its Idempotency-Key. Both take an account: more arguments than
-// the conformance kit's own, which it is given with --tool-arguments. Over stdio.
+// the conformance kit's own, which it is given with --tool-arguments.
 
 import { appendFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -23,8 +24,10 @@ export interface ShopTool {
   run(args: object): Promise<{ content: { type: "text"; text: string }[] }>;
 }
 
-const { values } = parseArgs({ options: {
+export const { values } = parseArgs({ options: {
   store: { type: "string", default: "memory" },
+  transport: { type: "string", default: "stdio" },
+  port: { type: "string", default: "8000" },
   outbox: { type: "string", default: "outbox.txt" },
   delay: { type: "string", default: "0" },
   retention: { type: "string", default: "86400" },

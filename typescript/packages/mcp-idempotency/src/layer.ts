@@ -13,7 +13,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import type { JSONRPCErrorResponse, JSONRPCMessage, JSONRPCRequest, JSONRPCResultResponse, MessageExtraInfo, RequestId,
   ServerLike, Transport, TransportSendOptions } from "./sdk.js";
-import { registryOf } from "./sdk.js";
+import { type Connectable, registryOf } from "./sdk.js";
 import * as rules from "./rules.js";
 import type { Json, Placement, Principal, RejectionType } from "./rules.js";
 import { type Held, type Store, StoreUnavailable, type Transaction, same } from "./stores.js";
@@ -134,6 +134,16 @@ export class Idempotency {
     return new Keyed(this, inner);
   }
 
+  /** The same server, advertising the capability, with every transport it connects to wrapped: for an entry of the
+   * SDK that makes the transports itself (2.x's `createMcpHandler`, one per request), where no one writes
+   * `connect(keys.wrap(...))`. Give it each server the entry's factory makes. */
+  attach<Server extends ServerLike & Connectable>(server: Server): Server {
+    this.advertise(server);
+    const connect = server.connect.bind(server);
+    server.connect = (transport) => connect(this.wrap(transport));
+    return server;
+  }
+
   /** In a tool run for a keyed call, the key to forward to the API its effect lives in; undefined without one. */
   downstreamKey(): string | undefined {
     const run = this.context.getStore();
@@ -242,7 +252,12 @@ export class Keyed<Inner extends Transport> implements Transport {
 
   async start(): Promise<void> {
     this.inner.onmessage = (message, extra) => this.receive(message, extra);
-    this.inner.onclose = () => this.onclose?.();
+    // A keyed run is recorded whatever befalls its connection: the SDK, which aborts its handlers as it closes, is
+    // told of the close only once every run here has its outcome recorded, and no answer is sent on the closed one.
+    this.inner.onclose = () => {
+      for (const run of this.runs.values()) run.cancelled = true;
+      void this.idle.then(() => this.onclose?.());
+    };
     this.inner.onerror = (error) => this.onerror?.(error);
     await this.inner.start();
   }

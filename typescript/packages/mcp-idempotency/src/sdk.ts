@@ -77,6 +77,11 @@ export interface CapabilityRegistry {
   registerCapabilities(capabilities: object): void;
 }
 
+/** What a server of either line is connected to its transport by. */
+export interface Connectable {
+  connect(transport: Transport): Promise<void>;
+}
+
 /** An McpServer of either line (its low-level Server is `server`), or a low-level Server itself. */
 export type ServerLike = { server: CapabilityRegistry } | CapabilityRegistry;
 
