@@ -346,7 +346,7 @@ class SQLiteStore(Store):
             near = db.execute(SHARE_ROWS, (principal,)).fetchone()[0] + new > share
             if near:
                 db.execute(PURGE_MINE, (principal, now))
-            db.execute("SAVEPOINT claim")  # a refusal undoes the claim, and keeps the purges
+                db.execute("SAVEPOINT claim")  # a refusal undoes the claim, and keeps the purges
             owner = new_owner()
             claim = {"key": key, "principal": principal, "fingerprint": fingerprint, "owner": owner, "now": now}
             won = db.execute(CLAIM, {**claim, "lease": self.limits.lease}).fetchone()

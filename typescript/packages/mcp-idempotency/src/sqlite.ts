@@ -193,8 +193,10 @@ export class SQLiteStore implements Store {
     const share = this.limits.maxRecordsPerPrincipal;
     // Within its share counting every record of its own, live or not, the principal has room: no walk.
     const near = Number(row(db, SHARE_ROWS, [principal])![0]) + isNew > share;
-    if (near) db.prepare(PURGE_MINE).run([principal, now]);
-    db.exec("SAVEPOINT claim"); // a refusal undoes the claim, and keeps the purges
+    if (near) {
+      db.prepare(PURGE_MINE).run([principal, now]);
+      db.exec("SAVEPOINT claim"); // a refusal undoes the claim, and keeps the purges
+    }
     const owner = newOwner();
     const claim = { key, principal, fingerprint: Buffer.from(fingerprint), owner, now, lease: this.limits.lease };
     if (row(db, CLAIM, claim) === undefined) { // another process claimed or completed it between the read and BEGIN
