@@ -3,7 +3,7 @@
 // downstream key, byte for byte, so that a Python and a TypeScript instance share one store.
 
 import { createHash } from "node:crypto";
-import { blake2b } from "@noble/hashes/blake2.js";
+import { createBLAKE2b } from "hash-wasm";
 
 /** A JSON value as JSON.parse gives it; a bigint stands for an integer a lossless parser kept exact. */
 export type Json = null | boolean | number | bigint | string | Json[] | { [member: string]: Json };
@@ -68,7 +68,9 @@ export function byCodePoint(a: string, b: string): number {
 /** A number as pydantic's to_json writes it once rules.as_json_value made whole numbers integers. */
 function numberText(value: number): string {
   if (!Number.isFinite(value)) return Number.isNaN(value) ? "NaN" : value > 0 ? "Infinity" : "-Infinity";
-  if (Number.isInteger(value)) return BigInt(value).toString(); // 1.0 and 1e300 are ints there, -0 is 0
+  // 1.0 and 1e300 are ints there, -0 is 0; String spells a safe integer so too, without making a BigInt.
+  if (Number.isSafeInteger(value)) return String(value);
+  if (Number.isInteger(value)) return BigInt(value).toString();
   // Shortest round-trip digits on both sides; only the switch to an exponent differs: Rust's
   // ryu writes 1e-6 where JavaScript writes 0.000001, for magnitudes in [1e-6, 1e-5).
   const magnitude = Math.abs(value);
@@ -86,14 +88,19 @@ export function canonical(value: Json): string {
   return `{${names.map((name) => `${JSON.stringify(name)}:${canonical(value[name]!)}`).join(",")}}`;
 }
 
+// BLAKE2b-256 compiled to WebAssembly: a keyed call's fingerprint is on its path, and this digests a short request
+// in a fifth of the time a hasher in JavaScript takes. Made once, as the module loads (the compiling is asynchronous).
+const BLAKE2B_256 = await createBLAKE2b(256);
+
 /**
  * A digest equal for two calls exactly when they name the same tool with equal arguments:
  * BLAKE2b-256 of [tool, arguments] spelled as the Python library spells it; _meta plays no part,
  * and absent arguments count as {}.
  */
 export function fingerprint(tool: string, args: { [member: string]: Json } | null | undefined): Uint8Array {
-  // Buffer.from is UTF-8, as TextEncoder is, in a tenth of its time on a short text.
-  return blake2b(Buffer.from(canonical([tool, args ?? {}]), "utf8"), { dkLen: 32 });
+  // The hasher takes the text and digests its UTF-8 bytes; init, update and digest run with no await between,
+  // so no other fingerprint can interleave on the one instance.
+  return BLAKE2B_256.init().update(canonical([tool, args ?? {}])).digest("binary");
 }
 
 /**
