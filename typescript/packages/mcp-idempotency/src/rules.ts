@@ -43,6 +43,8 @@ export function sentKey(params: Record<string, unknown>, placement: Placement): 
 /** The key sent, or null for none (absent or null); anything else is described, never echoed. */
 export function checkedKey(value: unknown, longest: number): string | null {
   if (value === undefined || value === null) return null;
+  // No more UTF-16 units than the longest has no more code points either: only a longer key is counted.
+  if (typeof value === "string" && value.length >= 1 && value.length <= longest) return value;
   const length = typeof value === "string" ? [...value].length : -1; // code points, as Python counts
   if (typeof value === "string" && length >= 1 && length <= longest) return value;
   const got = typeof value === "string" ? `${length} characters`
@@ -77,15 +79,27 @@ function numberText(value: number): string {
   return magnitude >= 1e-6 && magnitude < 1e-5 ? value.toExponential() : String(value);
 }
 
-/** One spelling of a JSON value, the bytes rules.fingerprint digests: members sorted, numbers by value. */
+/** One spelling of a JSON value, the bytes rules.fingerprint digests: members sorted, numbers by value. Written as
+ * one string built in place, with no array of parts: it is on every keyed call's path. */
 export function canonical(value: Json): string {
+  if (typeof value === "string") return JSON.stringify(value);
+  if (typeof value === "number") return numberText(value);
   if (value === null || typeof value === "boolean") return String(value);
   if (typeof value === "bigint") return value.toString();
-  if (typeof value === "number") return numberText(value);
-  if (typeof value === "string") return JSON.stringify(value);
-  if (Array.isArray(value)) return `[${value.map(canonical).join(",")}]`;
-  const names = Object.keys(value).sort(byCodePoint);
-  return `{${names.map((name) => `${JSON.stringify(name)}:${canonical(value[name]!)}`).join(",")}}`;
+  let text = "";
+  let comma = "";
+  if (Array.isArray(value)) {
+    for (const item of value) {
+      text += comma + canonical(item);
+      comma = ",";
+    }
+    return `[${text}]`;
+  }
+  for (const name of Object.keys(value).sort(byCodePoint)) {
+    text += `${comma}${JSON.stringify(name)}:${canonical(value[name]!)}`;
+    comma = ",";
+  }
+  return `{${text}}`;
 }
 
 // BLAKE2b-256 compiled to WebAssembly: a keyed call's fingerprint is on its path, and this digests a short request
@@ -127,11 +141,12 @@ function pythonJsonList(items: readonly string[]): string {
 }
 
 const NON_ASCII = /[\u0080-\uffff]/g;
+const ANY_NON_ASCII = /[^\u0000-\u007f]/;
 
 /** One string as Python's json.dumps writes it; most keys and principals are ASCII, with nothing to escape. */
 function pythonJsonString(item: string): string {
   const json = JSON.stringify(item);
-  return /[^\u0000-\u007f]/.test(json)
+  return ANY_NON_ASCII.test(json)
     ? json.replace(NON_ASCII, (unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, "0")}`) : json;
 }
 
