@@ -249,7 +249,7 @@ const keys = await Idempotency.open({
   deadline: settings.deadline,
   maxRecordsPerPrincipal: settings.share,
   placement: settings.placement,
-  tables: LEDGER_TABLES, log: (line) => { if (settings.verbose) process.stderr.write(`idempotency: ${line}\n`); },
+  tables: LEDGER_TABLES, log: settings.verbose ? (line) => process.stderr.write(`idempotency: ${line}\n`) : undefined,
 }).catch((error: unknown) => {
   console.error(`server.js: --store ${settings.store}: ${error instanceof Error ? error.message : String(error)}`);
   process.exit(2);

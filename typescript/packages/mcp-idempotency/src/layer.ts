@@ -27,7 +27,7 @@ export interface IdempotencyOptions extends StoreOptions {
   maxKeyLength?: number;
   /** Whose call it is: its records are its own. Default: one tenant, every caller. */
   principal?: (extra?: MessageExtraInfo) => Principal;
-  /** Where decisions are told, one line each (stdout is the protocol on stdio). */
+  /** Where decisions are told, one line each (stdout is the protocol on stdio). Without it, no line is even made. */
   log?: (line: string) => void;
 }
 
@@ -87,14 +87,14 @@ export class Idempotency {
   readonly deadline: number;
   readonly maxKeyLength: number;
   readonly principal: (extra?: MessageExtraInfo) => Principal;
-  readonly log: (line: string) => void;
+  readonly log: ((line: string) => void) | undefined;
 
   constructor(readonly store: Store, options: IdempotencyOptions = {}) {
     this.placement = options.placement ?? rules.DEFAULT_PLACEMENT;
     this.deadline = options.deadline ?? rules.DEADLINE_SECONDS;
     this.maxKeyLength = options.maxKeyLength ?? rules.MAX_KEY_LENGTH;
     this.principal = options.principal ?? (() => rules.ONE_TENANT);
-    this.log = options.log ?? (() => {});
+    this.log = options.log;
     for (const [name, value] of [["deadline", this.deadline], ["maxKeyLength", this.maxKeyLength]] as const) {
       if (!(value > 0)) throw new RangeError(`Idempotency: ${name} must be a number above zero, not ${value}`);
     }
@@ -206,8 +206,8 @@ export class Idempotency {
   renewAll(): void {
     for (const run of this.running.values()) {
       this.store.renew(run.storeKey, run.owner).then(
-        (ours) => { if (!ours) this.log(`renewals end: key=${repr(run.key)} is no longer held by this claim`); },
-        (error: unknown) => this.log(`lease not renewed: key=${repr(run.key)} (${String(error)})`));
+        (ours) => { if (!ours) this.log?.(`renewals end: key=${repr(run.key)} is no longer held by this claim`); },
+        (error: unknown) => this.log?.(`lease not renewed: key=${repr(run.key)} (${String(error)})`));
     }
   }
 
@@ -220,14 +220,14 @@ export class Idempotency {
    * retry's revision, which may not be the first attempt's. */
   answer(held: Held, fingerprint: Uint8Array, key: string, tool: string, onModern = false): { error: object } | { result: object } {
     if (!same(held.fingerprint, fingerprint)) { // checked first, so a mismatch is a conflict even mid-run
-      this.log(`conflict: key=${repr(key)} tool=${tool}`);
+      this.log?.(`conflict: key=${repr(key)} tool=${tool}`);
       return { error: rules.rejection(rules.CONFLICT, key) };
     }
     if (held.outcome === null) {
-      this.log(`in progress: key=${repr(key)}`);
+      this.log?.(`in progress: key=${repr(key)}`);
       return { error: rules.rejection(rules.IN_PROGRESS, key) };
     }
-    this.log(`replayed: key=${repr(key)}`);
+    this.log?.(`replayed: key=${repr(key)}`);
     const kept = JSON.parse(held.outcome) as { error?: object; result?: { resultType?: string; _meta?: Record<string, unknown> } };
     if (kept.error !== undefined) return { error: kept.error };
     // Kept with its type (see record), as 2026-07-28 answers it; a 2025 result has no such member, nor the server's
@@ -328,15 +328,15 @@ export class Keyed<Inner extends Transport> implements Transport {
     try {
       key = keys.keyOf(params);
     } catch (bad) {
-      keys.log(`invalid key: ${(bad as Error).message}`);
+      keys.log?.(`invalid key: ${(bad as Error).message}`);
       return this.reply(message, { error: rules.rejection(rules.INVALID_KEY, undefined, (bad as Error).message) });
     }
     if (key === null) {
-      keys.log(`no key: tool=${params.name}`);
+      keys.log?.(`no key: tool=${params.name}`);
       return this.onmessage?.(message, extra); // exactly what the server did before
     }
     if (rules.holdsUnsafeInteger(params.arguments ?? {})) { // refused, not compared rounded; nothing recorded or run
-      keys.log(`unsafe integer: key=${repr(key)}`);
+      keys.log?.(`unsafe integer: key=${repr(key)}`);
       return this.reply(message, { error: { code: rules.ERROR_CODE, message: UNSAFE_INTEGER } });
     }
     const fingerprint = rules.fingerprint(params.name, params.arguments);
@@ -347,15 +347,15 @@ export class Keyed<Inner extends Transport> implements Transport {
       claim = await keys.store.claim(storeKey, fingerprint, rules.principalName(principal));
     } catch (error) {
       if (!(error instanceof StoreUnavailable)) throw error;
-      keys.log(`store unavailable: key=${repr(key)} not claimed (${error.message})`);
+      keys.log?.(`store unavailable: key=${repr(key)} not claimed (${error.message})`);
       return this.reject(message, rules.STORE_UNAVAILABLE, key);
     }
     if (claim.kind === "full") {
-      keys.log(`store full: key=${repr(key)}`);
+      keys.log?.(`store full: key=${repr(key)}`);
       return this.reject(message, rules.STORE_FULL, key);
     }
     if (claim.kind === "held") return this.reply(message, keys.answer(claim, fingerprint, key, params.name, modern(params)));
-    keys.log(`claimed: key=${repr(key)} tool=${params.name}`);
+    keys.log?.(`claimed: key=${repr(key)} tool=${params.name}`);
     const run: Run = { key, storeKey, fingerprint, owner: claim.owner, tx: keys.store.begin(), cancelled: false,
       due: performance.now() + keys.deadline * 1000, stop: () => void this.pastDeadline(message, run) };
     this.runs.set(message.id, run);
@@ -381,15 +381,15 @@ export class Keyed<Inner extends Transport> implements Transport {
     try {
       run.tx.complete(run.storeKey, run.fingerprint, kept);
       if (await run.tx.commit()) {
-        keys.log(`recorded: key=${repr(run.key)}`);
+        keys.log?.(`recorded: key=${repr(run.key)}`);
         return answer;
       }
       // This instance lost its lease and a retry completed first: its writes were rolled back.
-      keys.log(`lease lost: key=${repr(run.key)}, its writes rolled back`);
+      keys.log?.(`lease lost: key=${repr(run.key)}, its writes rolled back`);
       return { jsonrpc: "2.0", id: message.id, error: rules.rejection(rules.IN_PROGRESS, run.key) };
     } catch (error) {
       await this.giveBack(run);
-      keys.log(`store unavailable: key=${repr(run.key)}, nothing recorded (${String(error)})`);
+      keys.log?.(`store unavailable: key=${repr(run.key)}, nothing recorded (${String(error)})`);
       return { jsonrpc: "2.0", id: message.id, error: rules.rejection(rules.STORE_UNAVAILABLE, run.key) };
     }
   }
@@ -408,10 +408,10 @@ export class Keyed<Inner extends Transport> implements Transport {
     try {
       tx.complete(run.storeKey, run.fingerprint, JSON.stringify(failure));
       if (!(await tx.commit())) answer = { error: rules.rejection(rules.IN_PROGRESS, run.key) }; // taken over meanwhile
-      this.keys.log(`deadline passed: key=${repr(run.key)}, its run was stopped after ${this.keys.deadline} s`);
+      this.keys.log?.(`deadline passed: key=${repr(run.key)}, its run was stopped after ${this.keys.deadline} s`);
     } catch (error) {
       await this.giveBack(run);
-      this.keys.log(`store unavailable: key=${repr(run.key)}, nothing recorded (${String(error)})`);
+      this.keys.log?.(`store unavailable: key=${repr(run.key)}, nothing recorded (${String(error)})`);
       answer = { error: rules.rejection(rules.STORE_UNAVAILABLE, run.key) };
     }
     this.settled();
@@ -421,7 +421,7 @@ export class Keyed<Inner extends Transport> implements Transport {
   /** Give the key back; if the store cannot even do that, its lease frees the key. */
   async giveBack(run: Run): Promise<void> {
     await this.keys.store.release(run.storeKey, run.owner)
-      .catch((error: unknown) => this.keys.log(`not released: key=${repr(run.key)} is left to its lease (${String(error)})`));
+      .catch((error: unknown) => this.keys.log?.(`not released: key=${repr(run.key)} is left to its lease (${String(error)})`));
   }
 
   reject(message: JSONRPCRequest, type: RejectionType, key: string): Promise<void> {

@@ -159,7 +159,7 @@ export abstract class BaseTransaction<C> implements Transaction {
       return true;
     }
     if (this.ended) throw this.hasEnded(); // a completion after the end would begin what no one ends
-    return this.finish(this.completion);
+    return await this.finish(this.completion); // awaited: a promise returned as it is takes two more microtask turns
   }
 
   async rollback(): Promise<void> {
@@ -186,7 +186,9 @@ export interface Store {
 
 /** Two fingerprints are one request. */
 export function same(a: Uint8Array, b: Uint8Array): boolean {
-  return a.length === b.length && a.every((byte, i) => byte === b[i]);
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i += 1) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 /** May a claim for `fingerprint` take the key from the record that holds it? Only past its deadline, and a

@@ -33,6 +33,9 @@ describe("the canonical spelling", () => {
   it("spells a whole float as its exact integer", () => {
     expect(canonical(1e21)).toBe("1000000000000000000000");
   });
+  it("spells -0 as 0, and a whole number on either side of 2^53 by its digits", () => {
+    expect(canonical([-0, 2 ** 53 - 1, 2 ** 53, 1e20])).toBe("[0,9007199254740991,9007199254740992,100000000000000000000]");
+  });
   it("spells 1e-6 with an exponent, as Python's serialiser does", () => {
     expect(canonical([1e-6, 1e-5, 1.5e-6])).toBe("[1e-6,0.00001,1.5e-6]");
   });

@@ -1,44 +1,15 @@
-// The SQLite store on real files in a temporary folder: the Python library's statements, the claim, its replay,
-// conflict and in progress, a takeover only after the lease, fencing, the tool's unit of work, two stores on one file.
+// The SQLite store on real files in a temporary folder, in what only it does: the Python library's statements, two
+// stores on one file, the wait for the file, and what it refuses as it opens. The claim and the unit of work it keeps
+// as every store does are unit-of-work.test.ts's.
 
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
-import { SQLiteStore, StoreUnavailable, limitsOf, openStore } from "../src/index.js";
-import type { StoreOptions } from "../src/index.js";
+import { SQLiteStore, limitsOf, openStore } from "../src/index.js";
 import * as statements from "../src/sqlite-statements.js";
+import { A, cleanUp, file, ledger, openedSQLite as opened } from "./stores.js";
 
-const cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => { for (const cleanup of cleanups.splice(0).reverse()) await cleanup(); });
+afterEach(cleanUp);
 
-/** A new folder, removed after the test: the path of a file in it. */
-function file(): string {
-  const folder = mkdtempSync(join(tmpdir(), "sep3182-sqlite-"));
-  cleanups.push(() => rmSync(folder, { recursive: true, force: true }));
-  return join(folder, "store.db");
-}
-
-const LEDGER = ["CREATE TABLE IF NOT EXISTS ledger (n bigint NOT NULL, CHECK (n >= 0))",
-  "INSERT INTO ledger SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM ledger)"];
-
-/** A store on `path`, closed after the test, whose clock is `clock.now` (seconds) when given. */
-async function opened(path: string, options: StoreOptions = {}, clock?: { now: number }): Promise<SQLiteStore> {
-  const store = await SQLiteStore.open(path, limitsOf(options), LEDGER, clock && (() => clock.now));
-  cleanups.push(() => store.close());
-  return store;
-}
-
-/** The ledger's count, read in a unit of work of its own. */
-async function ledger(store: SQLiteStore): Promise<unknown> {
-  const read = store.begin();
-  const [[n]] = await read.fetchall("SELECT n FROM ledger") as [[unknown]];
-  await read.commit();
-  return n;
-}
-
-const A = new Uint8Array(32).fill(1);
-const B = new Uint8Array(32).fill(2);
 const PYTHON = (name: string) => new URL(`../../../../idempotency/mcp_idempotency/stores/${name}`, import.meta.url);
 
 /** Python's string constants of `source`, by name: "..." and """...""" literals, an f-string's {NAME} filled from
@@ -63,89 +34,6 @@ describe("the SQLite store", () => {
     for (const name of names) expect([name, statements[name]]).toEqual([name, python[name]]);
     const failures = /STORE_FAILURES = \{([\s\S]*?)\}/.exec(readFileSync(PYTHON("sql.py"), "utf8"))![1]!;
     expect(statements.STORE_FAILURES).toEqual([...failures.matchAll(/^\s*(\d+):/gm)].map((code) => Number(code[1])));
-  });
-
-  it("claims a key once, then answers in progress, a conflict, and once completed its replay", async () => {
-    const store = await opened(file());
-    const won = await store.claim("k", A, "p");
-    expect(won.kind).toBe("won");
-    expect(await store.claim("k", A, "p")).toEqual({ kind: "held", fingerprint: A, outcome: null });
-    expect(await store.claim("k", B, "p")).toEqual({ kind: "held", fingerprint: A, outcome: null });
-    const tx = store.begin();
-    tx.complete("k", A, '{"result":{}}');
-    expect(await tx.commit()).toBe(true);
-    expect(await store.claim("k", A, "p")).toEqual({ kind: "held", fingerprint: A, outcome: '{"result":{}}' });
-    expect(await store.claim("k", B, "p")).toEqual({ kind: "held", fingerprint: A, outcome: '{"result":{}}' });
-  });
-
-  it("lets the same request take a running key over only once its lease has passed; another is a conflict still", async () => {
-    const clock = { now: 1000 };
-    const store = await opened(file(), { lease: 30 }, clock);
-    const first = await store.claim("k", A, "p");
-    clock.now += 29;
-    expect((await store.claim("k", A, "p")).kind).toBe("held");
-    expect(first.kind === "won" && await store.renew("k", first.owner)).toBe(true); // the lease moves on: to 1059
-    clock.now += 30; // 1059: its renewed lease has just passed
-    expect(await store.claim("k", B, "p")).toEqual({ kind: "held", fingerprint: A, outcome: null });
-    const takeover = await store.claim("k", A, "p");
-    expect(takeover.kind).toBe("won");
-    expect(first.kind === "won" && await store.renew("k", first.owner)).toBe(false); // no longer its claim
-  });
-
-  it("fences off a completion whose claim was taken over: its writes roll back, the winner's stay", async () => {
-    const clock = { now: 1000 };
-    const store = await opened(file(), {}, clock);
-    await store.claim("k", A, "p");
-    clock.now += 31;
-    expect((await store.claim("k", A, "p")).kind).toBe("won"); // the same request, past the lease
-    const winner = store.begin();
-    await winner.execute("UPDATE ledger SET n = n + 1");
-    winner.complete("k", A, '{"result":{"n":1}}');
-    expect(await winner.commit()).toBe(true);
-    const late = store.begin();
-    await late.execute("UPDATE ledger SET n = n + 10");
-    late.complete("k", A, '{"result":{"n":11}}');
-    expect(await late.commit()).toBe(false);
-    expect(await ledger(store)).toBe(1);
-    expect(await store.claim("k", A, "p")).toMatchObject({ outcome: '{"result":{"n":1}}' });
-  });
-
-  it("commits a tool's writes with the record, and counts the rows they changed as PostgreSQL does", async () => {
-    const store = await opened(file());
-    await store.claim("k", A, "p");
-    const tx = store.begin();
-    expect(await tx.execute("UPDATE ledger SET n = n + $1", 5)).toBe(1);
-    expect(await tx.execute("UPDATE ledger SET n = n + $1 RETURNING n", 2)).toBe(1);
-    expect(await tx.execute("SELECT n FROM ledger")).toBe(0);
-    expect(await tx.fetchall("SELECT n, $1, $2 FROM ledger", true, null)).toEqual([[7, 1, null]]); // a boolean as 1
-    tx.complete("k", A, '{"result":{}}');
-    expect(await tx.commit()).toBe(true);
-    expect(await ledger(store)).toBe(7);
-  });
-
-  it("gives a tool its own SQL error as its outcome, not a store failure; the unit of work goes on", async () => {
-    const store = await opened(file());
-    await store.claim("k", A, "p");
-    const tx = store.begin();
-    await tx.execute("UPDATE ledger SET n = n + 3");
-    const nested = tx.savepoint();
-    const broken = tx.execute("UPDATE ledger SET n = n - 100"); // the CHECK fails: the tool's own error
-    await expect(broken).rejects.toThrow(/CHECK constraint failed/);
-    await expect(broken).rejects.not.toBeInstanceOf(StoreUnavailable);
-    await tx.endSavepoint(nested, true);
-    await expect(tx.execute("SELECT nope FROM ledger")).rejects.not.toBeInstanceOf(StoreUnavailable);
-    tx.complete("k", A, '{"error":{}}');
-    expect(await tx.commit()).toBe(true);
-    expect(await ledger(store)).toBe(3);
-  });
-
-  it("rolls a unit of work back whole, and refuses a statement sent after it ended", async () => {
-    const store = await opened(file());
-    const tx = store.begin();
-    await tx.execute("UPDATE ledger SET n = n + 1");
-    await tx.rollback();
-    await expect(tx.execute("UPDATE ledger SET n = n + 1")).rejects.toBeInstanceOf(StoreUnavailable);
-    expect(await ledger(store)).toBe(0);
   });
 
   it("deduplicates across two stores on one file, each with its own connections", async () => {
@@ -176,16 +64,6 @@ describe("the SQLite store", () => {
     await stuck.execute("UPDATE ledger SET n = n + 1");
     await expect(two.claim("i", A, "p")).rejects.toThrow(/SQLite: database is locked/);
     await stuck.rollback();
-  });
-
-  it("gives a key back only to its holder, and refuses a new key past the principal's share", async () => {
-    const store = await opened(file(), { maxRecordsPerPrincipal: 1 });
-    const won = await store.claim("k", A, "p");
-    await store.release("k", "someone else");
-    expect((await store.claim("j", A, "p")).kind).toBe("full");
-    expect((await store.claim("j", A, "q")).kind).toBe("won");
-    if (won.kind === "won") await store.release("k", won.owner);
-    expect((await store.claim("k", B, "p")).kind).toBe("won");
   });
 
   it("keeps each principal's count equal to its rows: claims, a refusal, a release, its expired records purged", async () => {
