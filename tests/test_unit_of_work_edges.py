@@ -245,28 +245,25 @@ def test_a_statement_waits_a_third_of_the_lease_and_ten_seconds_at_most(lease, w
 URL = "sqlite:/s.db"
 
 
-@pytest.mark.parametrize(("found", "create"), [(0, True), (3, False)])
+@pytest.mark.parametrize(("found", "create"), [(0, True), (4, False)])
 def test_a_store_is_created_where_there_is_none_and_used_at_this_version(found, create):
     assert must_create(URL, found, "otherwise") is create
 
 
-@pytest.mark.parametrize(("found", "upgrade"), [(2, True), (3, False)])
-def test_the_upgrade_moves_version_two_and_leaves_this_version(found, upgrade):
+@pytest.mark.parametrize(("found", "upgrade"), [(2, True), (3, True), (4, False)])
+def test_the_upgrade_moves_versions_two_and_three_and_leaves_this_version(found, upgrade):
     assert must_upgrade(URL, found, "otherwise") is upgrade
 
 
+IN_PLACE = f"upgrade it in place with: mcp-idempotency-store upgrade {URL}"
 REFUSED = [
-    (
-        must_create,
-        2,
-        "holds schema version 2, and this code reads version 3; upgrade it in place with: "
-        f"mcp-idempotency-store upgrade {URL}",
-    ),
-    (must_create, 1, "holds schema version 1, and this code reads version 3; otherwise"),
-    (must_create, 4, "holds schema version 4, and this code reads version 3; otherwise"),
+    (must_create, 2, f"holds schema version 2, and this code reads version 4; {IN_PLACE}"),
+    (must_create, 3, f"holds schema version 3, and this code reads version 4; {IN_PLACE}"),
+    (must_create, 1, "holds schema version 1, and this code reads version 4; otherwise"),
+    (must_create, 5, "holds schema version 5, and this code reads version 4; otherwise"),
     (must_upgrade, 0, "holds no store, so there is nothing to upgrade: a server creates one there as it starts"),
-    (must_upgrade, 1, "holds schema version 1, and this code reads version 3; otherwise"),
-    (must_upgrade, 4, "holds schema version 4, and this code reads version 3; otherwise"),
+    (must_upgrade, 1, "holds schema version 1, and this code reads version 4; otherwise"),
+    (must_upgrade, 5, "holds schema version 5, and this code reads version 4; otherwise"),
 ]
 
 
