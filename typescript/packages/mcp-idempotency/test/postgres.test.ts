@@ -7,6 +7,7 @@ import pg from "pg";
 import { afterEach, describe, expect, it } from "vitest";
 import { PostgresStore, limitsOf } from "../src/index.js";
 import type { StoreOptions } from "../src/index.js";
+import { A, B, countsFollowTheRows } from "./stores.js";
 
 const SERVER = process.env.SEP3182_POSTGRES;
 const dropped: (() => Promise<void>)[] = [];
@@ -39,9 +40,6 @@ async function opened(url: string, options: StoreOptions = {}): Promise<Postgres
   dropped.push(() => store.close());
   return store;
 }
-
-const A = new Uint8Array(32).fill(1);
-const B = new Uint8Array(32).fill(2);
 
 describe("the PostgreSQL store", () => {
   it("holds the Python library's schema files byte for byte", () => {
@@ -122,30 +120,8 @@ describe("the PostgreSQL store", () => {
     const db = new pg.Client({ connectionString: url });
     await db.connect();
     dropped.push(() => db.end());
-    const counted = async () => {
-      const all = async (sql: string) => (await db.query({ text: sql, rowMode: "array" })).rows as [string, number][];
-      const rows = await all("SELECT principal, count(*)::int FROM idempotency_records GROUP BY principal ORDER BY principal");
-      expect(await all("SELECT principal, records::int FROM idempotency_shares ORDER BY principal")).toEqual(rows);
-      expect(await all("SELECT n::int FROM idempotency_record_count")).toEqual([[rows.reduce((n, [, c]) => n + c, 0)]]);
-      return Object.fromEntries(rows);
-    };
-    const completed = async (key: string) => {
-      expect((await store.claim(key, A, "p")).kind).toBe("won");
-      const tx = store.begin();
-      tx.complete(key, A, '{"result":{}}');
-      expect(await tx.commit()).toBe(true);
-    };
-    await completed("k1");
-    const running = await store.claim("k2", A, "p");
-    expect((await store.claim("j1", A, "q")).kind).toBe("won");
-    expect(await counted()).toEqual({ p: 2, q: 1 });
-    expect((await store.claim("k3", A, "p")).kind).toBe("full"); // its share, full of live records
-    if (running.kind === "won") await store.release("k2", running.owner);
-    expect(await counted()).toEqual({ p: 1, q: 1 });
-    await completed("k2");
-    await new Promise((done) => setTimeout(done, 1500)); // both of p's records expire, on the database's clock
-    expect((await store.claim("k4", A, "p")).kind).toBe("won"); // its share full of expired ones, purged as it claims
-    expect(await counted()).toEqual({ p: 1, q: 1 });
+    await countsFollowTheRows(store, async (sql) => (await db.query({ text: sql, rowMode: "array" })).rows as [string, number][],
+      () => new Promise((done) => setTimeout(done, 1500))); // on the database's clock
   });
 
   it("refuses a database of another schema version in one line", async () => {

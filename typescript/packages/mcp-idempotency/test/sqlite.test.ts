@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { SQLiteStore, limitsOf, openStore } from "../src/index.js";
 import * as statements from "../src/sqlite-statements.js";
-import { A, cleanUp, file, ledger, openedSQLite as opened } from "./stores.js";
+import { A, cleanUp, countsFollowTheRows, file, ledger, openedSQLite as opened } from "./stores.js";
 
 afterEach(cleanUp);
 
@@ -69,30 +69,8 @@ describe("the SQLite store", () => {
   it("keeps each principal's count equal to its rows: claims, a refusal, a release, its expired records purged", async () => {
     const clock = { now: 1000 };
     const store = await opened(file(), { maxRecordsPerPrincipal: 2, retention: 10, lease: 10 }, clock);
-    const counted = () => {
-      const all = (sql: string) => store.writer.prepare(sql).raw().all() as [string, number][];
-      const rows = all("SELECT principal, count(*) FROM idempotency_records GROUP BY principal ORDER BY principal");
-      expect(all("SELECT principal, records FROM idempotency_shares ORDER BY principal")).toEqual(rows);
-      expect(all("SELECT n FROM idempotency_record_count")).toEqual([[rows.reduce((n, [, c]) => n + c, 0)]]);
-      return Object.fromEntries(rows);
-    };
-    const completed = async (key: string) => {
-      expect((await store.claim(key, A, "p")).kind).toBe("won");
-      const tx = store.begin();
-      tx.complete(key, A, '{"result":{}}');
-      expect(await tx.commit()).toBe(true);
-    };
-    await completed("k1");
-    const running = await store.claim("k2", A, "p");
-    expect((await store.claim("j1", A, "q")).kind).toBe("won");
-    expect(counted()).toEqual({ p: 2, q: 1 });
-    expect((await store.claim("k3", A, "p")).kind).toBe("full"); // its share, full of live records
-    if (running.kind === "won") await store.release("k2", running.owner);
-    expect(counted()).toEqual({ p: 1, q: 1 });
-    await completed("k2");
-    clock.now += 11; // both of p's records expire: its share is full of expired ones, purged as it claims
-    expect((await store.claim("k4", A, "p")).kind).toBe("won");
-    expect(counted()).toEqual({ p: 1, q: 1 });
+    await countsFollowTheRows(store, async (sql) => store.writer.prepare(sql).raw().all() as [string, number][],
+      async () => { clock.now += 11; });
   });
 
   it("refuses, in one line naming the fix, a missing folder, another schema version, a tools' statement", async () => {

@@ -4,6 +4,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { expect } from "vitest";
 import { MemoryStore, SQLiteStore, limitsOf } from "../src/index.js";
 import type { Store, StoreOptions } from "../src/index.js";
 
@@ -52,4 +53,34 @@ export async function ledger(store: Store): Promise<unknown> {
   const [[n]] = await read.fetchall("SELECT n FROM ledger") as [[unknown]];
   await read.commit();
   return n;
+}
+
+/** What both SQL stores' count tests play: each principal's count, and the store's, equal the rows they count after
+ * claims, a refusal at the share, a release, and a principal's expired records purged as it claims. `all` reads a
+ * query's rows on the store's database; `expire` lets both of the principal's records pass their window. */
+export async function countsFollowTheRows(store: Store, all: (sql: string) => Promise<[string, number][]>,
+  expire: () => Promise<void>): Promise<void> {
+  const counted = async () => {
+    const rows = await all("SELECT principal, CAST(count(*) AS integer) FROM idempotency_records GROUP BY principal ORDER BY principal");
+    expect(await all("SELECT principal, CAST(records AS integer) FROM idempotency_shares ORDER BY principal")).toEqual(rows);
+    expect(await all("SELECT CAST(n AS integer) FROM idempotency_record_count")).toEqual([[rows.reduce((n, [, c]) => n + c, 0)]]);
+    return Object.fromEntries(rows);
+  };
+  const completed = async (key: string) => {
+    expect((await store.claim(key, A, "p")).kind).toBe("won");
+    const tx = store.begin();
+    tx.complete(key, A, '{"result":{}}');
+    expect(await tx.commit()).toBe(true);
+  };
+  await completed("k1");
+  const running = await store.claim("k2", A, "p");
+  expect((await store.claim("j1", A, "q")).kind).toBe("won");
+  expect(await counted()).toEqual({ p: 2, q: 1 });
+  expect((await store.claim("k3", A, "p")).kind).toBe("full"); // its share, full of live records
+  if (running.kind === "won") await store.release("k2", running.owner);
+  expect(await counted()).toEqual({ p: 1, q: 1 });
+  await completed("k2");
+  await expire();
+  expect((await store.claim("k4", A, "p")).kind).toBe("won"); // its share full of expired ones, purged as it claims
+  expect(await counted()).toEqual({ p: 1, q: 1 });
 }
