@@ -140,14 +140,15 @@ function pythonJsonList(items: readonly string[]): string {
   return `[${items.map(pythonJsonString).join(", ")}]`;
 }
 
-const NON_ASCII = /[\u0080-\uffff]/g;
-const ANY_NON_ASCII = /[^\u0000-\u007f]/;
+// Python's json.dumps leaves printable ASCII alone, but for " and \; JSON.stringify also leaves DEL and every
+// character beyond ASCII, each of which Python writes as \uXXXX (a character beyond the BMP as its two halves).
+const PRINTABLE_ASCII = /^[ !#-[\]-~]*$/;
+const BEYOND_PRINTABLE_ASCII = /[\u007f-\uffff]/g;
 
-/** One string as Python's json.dumps writes it; most keys and principals are ASCII, with nothing to escape. */
+/** One string as Python's json.dumps writes it; most keys and principals have nothing to escape. */
 function pythonJsonString(item: string): string {
-  const json = JSON.stringify(item);
-  return ANY_NON_ASCII.test(json)
-    ? json.replace(NON_ASCII, (unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, "0")}`) : json;
+  if (PRINTABLE_ASCII.test(item)) return `"${item}"`;
+  return JSON.stringify(item).replace(BEYOND_PRINTABLE_ASCII, (unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
 
 /** A principal as the store knows it, for its share of the store. */
