@@ -49,7 +49,7 @@ export class MemoryStore implements Store {
     }
   }
 
-  async claim(key: string, fingerprint: Uint8Array, principal: string): Promise<Claim> {
+  claim(key: string, fingerprint: Uint8Array, principal: string): Claim {
     const now = this.now();
     const held = this.records.get(key);
     if (held !== undefined && !mayTake(held.status, held.fingerprint, held.deadline <= now, fingerprint)) {

@@ -173,8 +173,9 @@ export abstract class BaseTransaction<C> implements Transaction {
 
 export interface Store {
   readonly limits: Limits;
-  /** The record that holds `key`, or the key taken for `principal`, unless the store or that share is full. */
-  claim(key: string, fingerprint: Uint8Array, principal: string): Promise<Claim>;
+  /** The record that holds `key`, or the key taken for `principal`, unless the store or that share is full. A store
+   * in this process's memory answers at once, with no promise: awaiting one would cost the keyed call a turn. */
+  claim(key: string, fingerprint: Uint8Array, principal: string): Claim | Promise<Claim>;
   /** Move `owner`'s lease on by a whole lease; false if the claim is no longer theirs. */
   renew(key: string, owner: string): Promise<boolean>;
   /** Give the key back, if `owner` still holds it, so a retry runs anew. */
