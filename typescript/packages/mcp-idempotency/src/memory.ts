@@ -150,7 +150,7 @@ class MemoryTransaction extends SQLiteConnectionTransaction {
 
   /** The completion kept with every statement, or fenced off with them all. False when fenced off. No `await` from
    * the record's check to its completion: on one event loop, nothing else completes or takes the key meanwhile. */
-  protected async finish(completion: Completion | null): Promise<boolean> {
+  protected finish(completion: Completion | null): boolean {
     try {
       const db = this.store.data;
       if (this.begun && !db.inTransaction) throw new StoreUnavailable(ROLLED_BACK);

@@ -87,8 +87,9 @@ export abstract class BaseTransaction<C> implements Transaction {
   protected abstract send<T>(statement: (connection: C) => T | Promise<T>): Promise<T>;
 
   /** Apply the completion, if any (beginning for it if need be), then COMMIT if it applied or there was none, else
-   * ROLLBACK; the connection given back whatever happens. Whether the completion applied. */
-  protected abstract finish(completion: Completion | null): Promise<boolean>;
+   * ROLLBACK; the connection given back whatever happens. Whether the completion applied: at once, from a store that
+   * needs no I/O for it. */
+  protected abstract finish(completion: Completion | null): boolean | Promise<boolean>;
 
   /** ROLLBACK the begun transaction; the connection given back whatever happens. */
   protected abstract abandon(): Promise<void>;
@@ -159,7 +160,8 @@ export abstract class BaseTransaction<C> implements Transaction {
       return true;
     }
     if (this.ended) throw this.hasEnded(); // a completion after the end would begin what no one ends
-    return await this.finish(this.completion); // awaited: a promise returned as it is takes two more microtask turns
+    const applied = this.finish(this.completion);
+    return applied instanceof Promise ? await applied : applied; // a promise returned as it is takes two more turns
   }
 
   async rollback(): Promise<void> {
