@@ -86,6 +86,45 @@ def test_the_shop_written_from_the_readme_passes_the_kit(served, store, tmp_path
     [("1.x", LegacyStdioWire), ("2.x", ModernStdioWire), ("2.x", LegacyStdioWire)],
     ids=["1.x", "2.x-2026-07-28", "2.x-2025-03-26"],
 )
+def test_receipts_read_together_each_go_out_under_their_own_calls_downstream_key(tmp_path, line, wire):
+    """Two keyed receipts in one write, so that the server reads them at once (2.x's serveStdio queues the second
+    while it dispatches the first): each tool runs in its own call's context and forwards that call's key."""
+    typescript_built()
+    outbox = tmp_path / "outbox.txt"
+    connection = wire("ts-stdio", shop(line, "memory", outbox))
+    calls = {f"receipt-{amount}": {"account": "ada", "amount": amount} for amount in (1, 2)}
+    messages = [
+        connection.frame(
+            {
+                "jsonrpc": "2.0",
+                "id": key,
+                "method": "tools/call",
+                "params": {"name": "send_receipt", "arguments": arguments, "_meta": {META_KEY: key}},
+            }
+        )
+        for key, arguments in calls.items()
+    ]
+    try:
+        connection.send_line("\n".join(json.dumps(message) for message in messages))
+        answers = [connection.reply(key) for key in calls]
+    finally:
+        connection.close()
+    assert all("result" in answer for answer in answers), answers
+    forwarded = {
+        key: downstream_key(scoped_key(("one tenant",), key), fingerprint("send_receipt", arguments))
+        for key, arguments in calls.items()
+    }
+    assert sorted(outbox.read_text().splitlines()) == [
+        f"to ada: your payment of {arguments['amount']} (Idempotency-Key: {forwarded[key]})"
+        for key, arguments in calls.items()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "wire"),
+    [("1.x", LegacyStdioWire), ("2.x", ModernStdioWire), ("2.x", LegacyStdioWire)],
+    ids=["1.x", "2.x-2026-07-28", "2.x-2025-03-26"],
+)
 def test_the_shop_sends_one_receipt_under_the_downstream_key_the_python_library_derives(tmp_path, line, wire):
     """A receipt sent keyed, then retried, on the memory store: one e-mail, under the key rules.downstream_key gives
     the call, and the replay is the first answer, acknowledged."""

@@ -4,13 +4,13 @@
 //   node dist-examples/shop-v2.js --store sqlite:PATH|postgresql://... [--transport http --port N] [the options shop-tools.ts names]
 //
 // 2.x serves both from a factory of servers, and speaks 2026-07-28 (server/discover) or the 2025 revisions, as each
-// client opens. Over stdio (serveStdio) it takes a transport, which the layer wraps. Over HTTP, createMcpHandler makes
-// a server and a transport of its own for every request and takes none of ours: the layer is attached to each server
-// the factory makes instead (`keys.attach`: the capability advertised, every transport it connects to wrapped).
+// client opens. Either way the layer is attached to each server the factory makes (`keys.attach`: the capability
+// advertised, every transport it connects to wrapped): serveStdio reads stdio through a queue of its own before any
+// server sees a message, and createMcpHandler makes a server and a transport of its own for every request.
 
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { McpServer, createMcpHandler } from "@modelcontextprotocol/server";
-import { StdioServerTransport, serveStdio } from "@modelcontextprotocol/server/stdio";
+import { serveStdio } from "@modelcontextprotocol/server/stdio";
 import { keys, tools, values } from "./shop-tools.js";
 
 /** One server of the shop, its tools registered. */
@@ -53,9 +53,7 @@ if (values.transport !== "stdio" && values.transport !== "http") {
     outgoing.end();
   }).listen(Number(values.port), "127.0.0.1");
 } else {
-  serveStdio(() => {
-    const server = shop();
-    keys.advertise(server);
-    return server;
-  }, { transport: keys.wrap(new StdioServerTransport()) });
+  // serveStdio queues what it reads and hands each message on to a server of its own making: the layer goes on each
+  // server, after that queue, so that every tool runs in its own call's context, read together or not.
+  serveStdio(() => keys.attach(shop()));
 }

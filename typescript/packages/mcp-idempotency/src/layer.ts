@@ -134,9 +134,10 @@ export class Idempotency {
     return new Keyed(this, inner);
   }
 
-  /** The same server, advertising the capability, with every transport it connects to wrapped: for an entry of the
-   * SDK that makes the transports itself (2.x's `createMcpHandler`, one per request), where no one writes
-   * `connect(keys.wrap(...))`. Give it each server the entry's factory makes. */
+  /** The same server, advertising the capability, with every transport it connects to wrapped: for an entry of 2.x
+   * that serves from a factory of servers, connecting each itself (`createMcpHandler`, one per request; `serveStdio`,
+   * behind a queue of its own, which a layer in front of would make two calls read together share one context).
+   * Give it each server the factory makes. */
   attach<Server extends ServerLike & Connectable>(server: Server): Server {
     this.advertise(server);
     const connect = server.connect.bind(server);
