@@ -134,10 +134,10 @@ export class Idempotency {
     return new Keyed(this, inner);
   }
 
-  /** The same server, advertising the capability, with every transport it connects to wrapped: for an entry of 2.x
-   * that serves from a factory of servers, connecting each itself (`createMcpHandler`, one per request; `serveStdio`,
-   * behind a queue of its own, which a layer in front of would make two calls read together share one context).
-   * Give it each server the factory makes. */
+  /** The same server, advertising the capability, with every transport it connects to wrapped. For 2.x's entries
+   * that serve from a factory of servers and connect each one themselves: `createMcpHandler` (a server per request)
+   * and `serveStdio`, which hands messages on from a queue of its own. The layer must sit after that queue: in front
+   * of it, two calls read together would run in one context. Give it each server the factory makes. */
   attach<Server extends ServerLike & Connectable>(server: Server): Server {
     this.advertise(server);
     const connect = server.connect.bind(server);
